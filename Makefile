@@ -1,0 +1,45 @@
+# mqlens: `make run` starts the console, `make test` runs the whole suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8080
+DATA ?= ./data
+
+.PHONY: install run test bench lint system-deps clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+# Debian packages the browser and Spark tests need, installed only when missing.
+system-deps:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+run: install
+	$(BIN)/mqlens serve --data $(DATA) --host $(HOST) --port $(PORT) $(if $(DEMO),--demo,)
+
+test: install system-deps
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python -m bench.run_all
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

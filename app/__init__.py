@@ -1,0 +1,1 @@
+"""mqlens application: console, REST API and command line."""

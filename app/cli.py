@@ -1,0 +1,246 @@
+"""The `mqlens` command: store lookups, loading, checking, and the console server."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.presenters import message_dict
+from store.errors import StoreError
+from store.geometry import (
+    DEFAULT_COMMITLOG_FILE_SIZE,
+    DEFAULT_CQ_FILE_SIZE,
+    DEFAULT_INDEX_ENTRIES,
+    DEFAULT_INDEX_SLOTS,
+    StoreGeometry,
+)
+from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MessageStore, NewMessage, StoreConfig
+
+EXIT_USAGE = 2
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  pretty_exceptions_enable=False, help="mqlens: RocketMQ store tools and console.")
+store_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Write to and check a store.")
+app.add_typer(store_app, name="store")
+
+StoreDir = Annotated[Path, typer.Option("--store", help="Store directory (the folder holding commitlog/).")]
+CommitlogSize = Annotated[int, typer.Option("--commitlog-file-size", min=4096, help="Commit log segment bytes.")]
+CqSize = Annotated[int, typer.Option("--cq-file-size", min=20, help="Consume queue file bytes.")]
+IndexSlots = Annotated[int, typer.Option("--index-slots", min=1, help="Hash slots per index file.")]
+IndexEntries = Annotated[int, typer.Option("--index-entries", min=2, help="Entries per index file.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code 2."""
+
+
+def _geometry(commitlog_file_size: int, cq_file_size: int, index_slots: int, index_entries: int) -> StoreGeometry:
+    return StoreGeometry(commitlog_file_size, cq_file_size, index_slots, index_entries)
+
+
+def _open_read_only(store: Path, geometry: StoreGeometry) -> MessageStore:
+    if not store.is_dir():
+        raise CliError(f"store directory {store} does not exist")
+    return MessageStore.open(store, StoreConfig(geometry=geometry), read_only=True)
+
+
+def _print_messages(messages, truncated: bool, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"messages": [message_dict(m) for m in messages], "truncated": truncated},
+                         ensure_ascii=False))
+        return
+    if not messages:
+        print("no message found")
+    for m in messages:
+        d = message_dict(m)
+        print(f"{d['offset_msg_id']}  topic={d['topic']} queue={d['queue_id']} offset={d['queue_offset']} "
+              f"phys={d['phys_offset']} unique_key={d['unique_key']} tags={d['tags']} keys={' '.join(d['keys'])}")
+        body = d.get("body_text", f"<{len(base64.b64decode(d['body_base64']))} bytes, binary>")
+        print(f"    stored {d['store_timestamp']} born {d['born_timestamp']} from {d['born_host']}: {body[:200]}")
+    if truncated:
+        print("(results cut short: raise --max or narrow the time window)")
+
+
+@app.command("query-msg-by-id")
+def query_msg_by_id(
+    store: StoreDir,
+    msg_id: Annotated[str, typer.Option("-i", "--msg-id", help="Offset message id (32 or 56 hex chars).")],
+    as_json: AsJson = False,
+    commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
+    cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
+    index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
+    index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+) -> None:
+    """Look a message up by its offset message id."""
+    with _open_read_only(store, _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)) as s:
+        _print_messages([s.get_by_offset_id(msg_id)], False, as_json)
+
+
+@app.command("query-msg-by-key")
+def query_msg_by_key(
+    store: StoreDir,
+    topic: Annotated[str, typer.Option("-t", "--topic")],
+    key: Annotated[str, typer.Option("-k", "--key")],
+    begin: Annotated[int, typer.Option("--begin", help="Earliest store time (ms).")] = 0,
+    end: Annotated[int, typer.Option("--end", help="Latest store time (ms).")] = FAR_FUTURE_MS,
+    max_results: Annotated[int, typer.Option("--max", min=1, max=10_000)] = DEFAULT_QUERY_MAX,
+    as_json: AsJson = False,
+    commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
+    cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
+    index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
+    index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+) -> None:
+    """Messages of a topic carrying a business key, newest first."""
+    with _open_read_only(store, _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)) as s:
+        result = s.query_by_key(topic, key, begin, end, max_results)
+        _print_messages(result.messages, result.truncated, as_json)
+
+
+@app.command("query-msg-by-unique-key")
+def query_msg_by_unique_key(
+    store: StoreDir,
+    topic: Annotated[str, typer.Option("-t", "--topic")],
+    unique_key: Annotated[str, typer.Option("-i", "--unique-key", help="Client message id (UNIQ_KEY).")],
+    as_json: AsJson = False,
+    commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
+    cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
+    index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
+    index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+) -> None:
+    """Messages of a topic whose unique key (client message id) matches."""
+    with _open_read_only(store, _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)) as s:
+        result = s.query_by_unique_key(topic, unique_key)
+        _print_messages(result.messages, result.truncated, as_json)
+
+
+@app.command("query-msg-by-offset")
+def query_msg_by_offset(
+    store: StoreDir,
+    topic: Annotated[str, typer.Option("-t", "--topic")],
+    queue_id: Annotated[int, typer.Option("-q", "--queue", min=0)],
+    offset: Annotated[int, typer.Option("-o", "--offset", min=0)],
+    as_json: AsJson = False,
+    commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
+    cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
+    index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
+    index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+) -> None:
+    """The message at a queue offset."""
+    with _open_read_only(store, _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)) as s:
+        _print_messages([s.get_by_queue_offset(topic, queue_id, offset)], False, as_json)
+
+
+def _parse_load_line(line: str, number: int) -> NewMessage:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"line {number}: not JSON ({exc.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("topic"), str):
+        raise CliError(f"line {number}: expected an object with a 'topic'")
+    if "body_base64" in data:
+        try:
+            body = base64.b64decode(data["body_base64"], validate=True)
+        except (ValueError, TypeError):
+            raise CliError(f"line {number}: body_base64 is not valid base64") from None
+    elif isinstance(data.get("body"), str):
+        body = data["body"].encode("utf-8")
+    else:
+        raise CliError(f"line {number}: give 'body' (text) or 'body_base64'")
+    keys = data.get("keys", [])
+    props = data.get("properties", {})
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise CliError(f"line {number}: 'keys' must be a list of strings")
+    if not isinstance(props, dict):
+        raise CliError(f"line {number}: 'properties' must be an object")
+    for name in ("queue_id", "born_timestamp", "flag"):
+        if name in data and (not isinstance(data[name], int) or isinstance(data[name], bool)):
+            raise CliError(f"line {number}: '{name}' must be an integer")
+    return NewMessage(
+        topic=data["topic"], body=body, tags=data.get("tags"), keys=keys,
+        properties={str(k): str(v) for k, v in props.items()}, queue_id=data.get("queue_id"),
+        born_timestamp=data.get("born_timestamp"), born_host=data.get("born_host"), flag=data.get("flag", 0),
+    )
+
+
+@store_app.command("load")
+def store_load(
+    store: StoreDir,
+    file: Annotated[Path, typer.Argument(help="NDJSON file, one message per line ('-' for stdin).")],
+    flush: Annotated[str, typer.Option("--flush", help="sync: a printed line means the message is on disk.")]
+    = "async",
+    commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
+    cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
+    index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
+    index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+) -> None:
+    """Append messages from NDJSON, printing one JSON result per line as each put returns."""
+    if flush not in ("sync", "async"):
+        raise CliError("--flush must be 'sync' or 'async'")
+    source = sys.stdin if str(file) == "-" else None
+    if source is None and not file.is_file():
+        raise CliError(f"input file {file} does not exist")
+    config = StoreConfig(geometry=_geometry(commitlog_file_size, cq_file_size, index_slots, index_entries),
+                         flush=flush)
+    with (source or file.open(encoding="utf-8")) as lines, MessageStore.open(store, config) as s:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            result = s.put(_parse_load_line(line, number))
+            print(json.dumps({
+                "line": number, "topic": result.topic, "queue_id": result.queue_id,
+                "queue_offset": result.queue_offset, "phys_offset": result.phys_offset,
+                "offset_msg_id": result.offset_msg_id, "unique_key": result.unique_key,
+                "store_timestamp": result.store_timestamp,
+            }), flush=True)
+
+
+@store_app.command("check")
+def store_check(
+    store: StoreDir,
+    commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
+    cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
+    index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
+    index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+) -> None:
+    """Check every record, queue unit and index entry; exit 1 when the store is inconsistent."""
+    with _open_read_only(store, _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)) as s:
+        report = s.check()
+        recovery = s.recovery
+    print(f"records: {report.records}, end-of-file fillers: {report.blanks}, queue units: {report.queue_units}, "
+          f"index entries: {report.index_entries}")
+    if recovery is not None and recovery.truncated_bytes:
+        report.problem(f"{recovery.truncated_bytes} bytes after the last good record at {recovery.end} "
+                       f"({recovery.reason or 'unreadable data'}); opening the store read-write truncates them")
+    if report.ok:
+        print("store is consistent")
+        return
+    for problem in report.problems:
+        print(f"problem: {problem}")
+    raise typer.Exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        app(args=argv, standalone_mode=False)
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        print("mqlens: aborted", file=sys.stderr)
+        return 1
+    except typer.TyperException as exc:  # usage errors: unknown option, bad number...
+        print(f"mqlens: error: {exc.format_message()}", file=sys.stderr)
+        return EXIT_USAGE
+    except (CliError, StoreError, ValueError, OSError) as exc:
+        print(f"mqlens: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+def entry() -> None:
+    sys.exit(main())

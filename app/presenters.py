@@ -1,0 +1,40 @@
+"""Plain-data views of store objects, shared by the command line and the REST API."""
+
+from __future__ import annotations
+
+import base64
+
+from store.codec import StoredMessage
+from store.topics import copy_kind
+
+
+def message_dict(msg: StoredMessage) -> dict:
+    body = msg.body
+    data = {
+        "topic": msg.topic,
+        "queue_id": msg.queue_id,
+        "queue_offset": msg.queue_offset,
+        "phys_offset": msg.phys_offset,
+        "size": msg.size,
+        "offset_msg_id": msg.offset_msg_id,
+        "unique_key": msg.unique_key,
+        "keys": msg.keys,
+        "tags": msg.tags,
+        "properties": dict(msg.properties),
+        "born_timestamp": msg.born_timestamp,
+        "store_timestamp": msg.store_timestamp,
+        "born_host": str(msg.born_host),
+        "store_host": str(msg.store_host),
+        "reconsume_times": msg.reconsume_times,
+        "sys_flag": msg.sys_flag,
+        "flag": msg.flag,
+        "body_crc": msg.body_crc,
+        "compressed": msg.compressed,
+        "copy": copy_kind(msg.topic),
+        "body_base64": base64.b64encode(body).decode("ascii"),
+    }
+    try:
+        data["body_text"] = body.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    return data

@@ -1,0 +1,1 @@
+"""Embedded broker store, byte-compatible with Apache RocketMQ's store."""

@@ -1,0 +1,284 @@
+"""The commit log: fixed-size segments named by the offset of their first byte."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from store import codec
+from store.codec import StoredMessage
+from store.errors import CorruptRecordError, ReadOnlyStoreError, StoreError
+from store.layouts import BLANK, BLANK_MIN_LENGTH, MAGIC_BLANK
+from store.mapped_file import MappedFile
+from store.paths import is_offset_name, offset_to_name
+
+
+@dataclass(frozen=True)
+class RecoveryResult:
+    end: int  # physical offset just past the last good record
+    truncated_bytes: int  # nonzero bytes dropped from the tail (torn or corrupt records)
+    reason: str | None  # why the scan stopped before the zero area, if it did
+
+
+class CommitLog:
+    def __init__(self, directory: Path, file_size: int, *, writable: bool):
+        self.directory = Path(directory)
+        self.file_size = file_size
+        self.writable = writable
+        self._segments: list[MappedFile] = []
+        self._base = 0  # physical offset of the first segment
+        self.end = 0
+        self._dirty: set[int] = set()
+        self._dirty_lock = threading.Lock()
+        self._load_segments()
+
+    # -- files --------------------------------------------------------------------------------
+    def _load_segments(self) -> None:
+        if not self.directory.is_dir():
+            if not self.writable:
+                return
+            self.directory.mkdir(parents=True, exist_ok=True)
+        names = sorted(os.listdir(self.directory))
+        for name in names:
+            if not is_offset_name(name):
+                raise StoreError(f"unexpected file {name!r} in {self.directory}: RocketMQ would refuse it")
+        expected = None
+        for name in names:
+            offset = int(name)
+            if offset % self.file_size:
+                raise StoreError(f"commit log file {name} is not aligned to the file size {self.file_size}")
+            if expected is not None and offset != expected:
+                raise StoreError(f"commit log files are not contiguous: missing {offset_to_name(expected)}")
+            self._segments.append(MappedFile(self.directory / name, self.file_size, writable=self.writable))
+            expected = offset + self.file_size
+        if self._segments:
+            self._base = int(self._segments[0].path.name)
+        self.end = self._base
+
+    @property
+    def min_offset(self) -> int:
+        return self._base
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def segments(self) -> list[tuple[int, Path]]:
+        return [(self._base + i * self.file_size, seg.path) for i, seg in enumerate(self._segments)]
+
+    def _segment_for(self, phys: int) -> MappedFile | None:
+        if phys < self._base:
+            return None
+        i = (phys - self._base) // self.file_size
+        return self._segments[i] if i < len(self._segments) else None
+
+    def _new_segment(self, base: int) -> MappedFile:
+        if not self.writable:
+            raise ReadOnlyStoreError("the store is open read-only")
+        if not self._segments:
+            self._base = base
+        seg = MappedFile(self.directory / offset_to_name(base), self.file_size, writable=True, create=True)
+        self._segments.append(seg)
+        return seg
+
+    # -- writing -----------------------------------------------------------------------------
+    def max_record_size(self) -> int:
+        return self.file_size - BLANK_MIN_LENGTH
+
+    def prepare(self, size: int) -> int:
+        """Make room for a record of `size` bytes at the tail and return its physical offset.
+
+        When the record plus a BLANK would not fit in the current segment, the BLANK filler is
+        written and the tail moves to the start of the next segment."""
+        if size > self.max_record_size():
+            raise StoreError(f"record of {size} bytes does not fit in a {self.file_size}-byte segment")
+        pos = self.end % self.file_size
+        if self._segment_for(self.end) is not None and pos and size + BLANK_MIN_LENGTH > self.file_size - pos:
+            remaining = self.file_size - pos
+            self._write(self.end, codec.encode_blank(remaining))
+            self.end += remaining
+        if self._segment_for(self.end) is None:
+            self._new_segment(self.end)
+        return self.end
+
+    def append(self, data: bytes) -> int:
+        """Write bytes prepared with `prepare` at the tail; returns their physical offset."""
+        phys = self.end
+        self._write(phys, data)
+        self.end += len(data)
+        return phys
+
+    def _write(self, phys: int, data: bytes) -> None:
+        seg = self._segment_for(phys)
+        if seg is None:
+            raise StoreError(f"no segment holds offset {phys}")
+        seg.write(phys % self.file_size, data)
+        with self._dirty_lock:
+            self._dirty.add((phys - self._base) // self.file_size)
+
+    def flush(self) -> None:
+        with self._dirty_lock:
+            dirty = sorted(self._dirty)
+            self._dirty.clear()
+        for i in dirty:
+            if i < len(self._segments):
+                self._segments[i].flush()
+
+    # -- reading -----------------------------------------------------------------------------
+    def view(self, phys: int) -> tuple[MappedFile, int]:
+        seg = self._segment_for(phys)
+        if seg is None or phys >= self.end:
+            raise StoreError(f"commit log offset {phys} is outside [{self._base}, {self.end})")
+        return seg, phys % self.file_size
+
+    def read(self, phys: int, check_crc: bool = True) -> StoredMessage:
+        seg, pos = self.view(phys)
+        size, magic = BLANK.unpack_from(seg.buf, pos)
+        if magic == MAGIC_BLANK:
+            raise CorruptRecordError(str(seg.path), pos, "offset points at the end-of-file filler")
+        msg = codec.decode(seg.buf, pos, path=str(seg.path), check_crc=check_crc)
+        if phys + msg.size > self.end:
+            raise CorruptRecordError(str(seg.path), pos, "record runs past the end of the commit log")
+        return msg
+
+    def read_bytes(self, phys: int, size: int) -> bytes:
+        seg, pos = self.view(phys)
+        return bytes(seg.buf[pos : pos + size])
+
+    def iterate(self, start: int, end: int | None = None, check_crc: bool = False
+                ) -> Iterator[StoredMessage]:
+        """Messages from `start` (a record boundary) to `end`, BLANK fillers skipped."""
+        stop = self.end if end is None else end
+        phys = max(start, self._base)
+        while phys < stop:
+            seg = self._segment_for(phys)
+            pos = phys % self.file_size
+            size, magic = BLANK.unpack_from(seg.buf, pos)
+            if magic == MAGIC_BLANK:
+                phys += self.file_size - pos
+                continue
+            msg = codec.decode(seg.buf, pos, path=str(seg.path), check_crc=check_crc)
+            yield msg
+            phys += msg.size
+
+    # -- recovery ----------------------------------------------------------------------------
+    def _record_at(self, phys: int) -> StoredMessage | None:
+        """A record that decodes cleanly and sits where it says, or None."""
+        seg = self._segment_for(phys)
+        if seg is None:
+            return None
+        pos = phys % self.file_size
+        if pos + BLANK.size > self.file_size:
+            return None
+        try:
+            msg = codec.decode(seg.buf, pos, path=str(seg.path))
+        except CorruptRecordError:
+            return None
+        return msg if msg.phys_offset == phys else None
+
+    def recover(self, start: int | None = None) -> RecoveryResult:
+        """Find the end of valid data, walking with CRC checks from `start` (default: the start
+        of the third-last segment, as RocketMQ does). Nothing is changed on disk here."""
+        if not self._segments:
+            self.end = self._base
+            return RecoveryResult(self._base, 0, None)
+        if start is None:
+            first = max(0, len(self._segments) - 3)
+            start = self._base + first * self.file_size
+        phys = start
+        reason = None
+        while True:
+            seg = self._segment_for(phys)
+            if seg is None:
+                break
+            pos = phys % self.file_size
+            size, magic = BLANK.unpack_from(seg.buf, pos)
+            if magic == MAGIC_BLANK and 0 < size == self.file_size - pos:
+                phys += size
+                continue
+            if size == 0 and magic == 0:
+                break
+            msg = self._record_at(phys)
+            if msg is None:
+                try:
+                    codec.decode(seg.buf, pos, path=str(seg.path))
+                    reason = f"record at offset {phys} claims offset field of another position"
+                except CorruptRecordError as exc:
+                    reason = exc.reason
+                self._raise_if_data_follows(phys, size, reason)
+                break
+            phys += msg.size
+        self.end = phys
+        return RecoveryResult(phys, self._nonzero_bytes_after(phys), reason)
+
+    def _raise_if_data_follows(self, phys: int, claimed_size: int, reason: str) -> None:
+        """A bad record followed by good ones is corruption in the middle: report, never skip."""
+        seg = self._segment_for(phys)
+        evidence = None
+        if 0 < claimed_size <= self.file_size - phys % self.file_size and self._record_at(phys + claimed_size):
+            evidence = phys + claimed_size
+        else:
+            i = (phys - self._base) // self.file_size
+            for later in range(i + 1, len(self._segments)):
+                base = self._base + later * self.file_size
+                if self._record_at(base):
+                    evidence = base
+                    break
+        if evidence is not None:
+            raise CorruptRecordError(
+                str(seg.path), phys % self.file_size,
+                f"{reason}; valid records follow at offset {evidence}, so this is not a torn tail",
+            )
+
+    def _nonzero_bytes_after(self, phys: int) -> int:
+        seg = self._segment_for(phys)
+        if seg is None:
+            return 0
+        pos = phys % self.file_size
+        tail = seg.buf[pos:]
+        stripped = tail.rstrip(b"\x00")
+        count = len(stripped)
+        i = (phys - self._base) // self.file_size
+        for later in self._segments[i + 1 :]:
+            count += len(later.buf[:].rstrip(b"\x00"))
+        return count
+
+    def truncate_after(self, end: int) -> None:
+        """Zero everything after `end` in its segment and delete the segments past it."""
+        if not self.writable:
+            raise ReadOnlyStoreError("the store is open read-only")
+        seg = self._segment_for(end)
+        if seg is not None:
+            pos = end % self.file_size
+            if pos:
+                tail = seg.buf[pos:]
+                if tail.count(0) != len(tail):
+                    seg.zero_from(pos)
+                    seg.flush()
+                keep = (end - self._base) // self.file_size + 1
+            else:
+                keep = (end - self._base) // self.file_size
+            for dropped in self._segments[keep:]:
+                dropped.close()
+                dropped.path.unlink()
+            del self._segments[keep:]
+        self.end = end
+
+    def delete_segments_before(self, phys: int) -> list[Path]:
+        """Drop whole segments that end at or before `phys` (retention). Never the tail."""
+        removed = []
+        while len(self._segments) > 1 and self._base + self.file_size <= phys:
+            seg = self._segments.pop(0)
+            seg.close()
+            seg.path.unlink()
+            removed.append(seg.path)
+            self._base += self.file_size
+        return removed
+
+    def close(self) -> None:
+        for seg in self._segments:
+            seg.close()
+        self._segments.clear()

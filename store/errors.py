@@ -1,0 +1,41 @@
+"""Domain errors raised by the store. Callers map them to exit codes or HTTP statuses."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of every error the store raises on purpose."""
+
+
+class CorruptRecordError(StoreError):
+    """A commit log record could not be decoded or failed its checks."""
+
+    def __init__(self, path: str, pos: int, reason: str):
+        self.path = path
+        self.pos = pos
+        self.reason = reason
+        super().__init__(f"corrupt record in {path} at position {pos}: {reason}")
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store's lock file."""
+
+
+class StoreNotFoundError(StoreError):
+    """The store directory does not exist or is not a store."""
+
+
+class ReadOnlyStoreError(StoreError):
+    """A write was attempted on a store opened read-only."""
+
+
+class InvalidIdError(StoreError, ValueError):
+    """A message id, unique key or offset could not be parsed."""
+
+
+class MessageNotFoundError(StoreError):
+    """No message lives at the requested place."""
+
+
+class InvalidMessageError(StoreError, ValueError):
+    """A message to put breaks a rule (topic name, property size, body size...)."""

@@ -1,0 +1,207 @@
+"""Index files in RocketMQ's layout: a hash slot table chaining entries for topic#key."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from store.errors import ReadOnlyStoreError, StoreError
+from store.javahash import index_key_hash
+from store.layouts import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT
+from store.mapped_file import MappedFile
+from store.paths import index_name_for, is_index_name
+
+MAX_TIME_DIFF = 0x7FFFFFFF
+
+
+def index_key(topic: str, key: str) -> str:
+    return f"{topic}#{key}"
+
+
+class IndexFile:
+    def __init__(self, path: Path, slots: int, entries: int, *, writable: bool, create: bool = False,
+                 prev_end_timestamp: int = 0, prev_end_phys: int = 0):
+        self.slots = slots
+        self.entries = entries
+        size = INDEX_HEADER.size + slots * INDEX_SLOT.size + entries * INDEX_ENTRY.size
+        self.file = MappedFile(path, size, writable=writable, create=create)
+        self._entries_at = INDEX_HEADER.size + slots * INDEX_SLOT.size
+        (self.begin_timestamp, self.end_timestamp, self.begin_phys, self.end_phys,
+         self.slot_count, self.index_count) = INDEX_HEADER.unpack_from(self.file.buf, 0)
+        if self.index_count <= 0:
+            self.index_count = 1
+        if create:
+            self.begin_timestamp = self.end_timestamp = prev_end_timestamp
+            self.begin_phys = self.end_phys = prev_end_phys
+            self._write_header()
+
+    @property
+    def path(self) -> Path:
+        return self.file.path
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.entries
+
+    @property
+    def used_entries(self) -> int:
+        return self.index_count - 1
+
+    def _write_header(self) -> None:
+        self.file.write(0, INDEX_HEADER.pack(self.begin_timestamp, self.end_timestamp, self.begin_phys,
+                                             self.end_phys, self.slot_count, self.index_count))
+
+    def put(self, key_hash: int, phys: int, store_timestamp: int) -> bool:
+        """IndexFile.putKey. Returns False when the file is full."""
+        if self.is_full:
+            return False
+        slot_pos = INDEX_HEADER.size + (key_hash % self.slots) * INDEX_SLOT.size
+        (prev,) = INDEX_SLOT.unpack_from(self.file.buf, slot_pos)
+        if prev <= 0 or prev > self.index_count:
+            prev = 0
+        if self.begin_timestamp <= 0:
+            diff = 0
+        else:
+            diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), MAX_TIME_DIFF)
+        number = self.index_count
+        self.file.write(self._entries_at + number * INDEX_ENTRY.size,
+                        INDEX_ENTRY.pack(key_hash, phys, diff, prev))
+        self.file.write(slot_pos, INDEX_SLOT.pack(number))
+        if number <= 1:
+            self.begin_phys = phys
+            self.begin_timestamp = store_timestamp
+        if prev == 0:
+            self.slot_count += 1
+        self.index_count += 1
+        self.end_phys = phys
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def entry(self, number: int) -> tuple[int, int, int, int]:
+        return INDEX_ENTRY.unpack_from(self.file.buf, self._entries_at + number * INDEX_ENTRY.size)
+
+    def slot(self, slot: int) -> int:
+        return INDEX_SLOT.unpack_from(self.file.buf, INDEX_HEADER.size + slot * INDEX_SLOT.size)[0]
+
+    def time_matches(self, begin: int, end: int) -> bool:
+        fb, fe = self.begin_timestamp, self.end_timestamp
+        return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
+
+    def select(self, key_hash: int, begin: int, end: int) -> Iterator[int]:
+        """Physical offsets whose entry hash equals `key_hash` inside [begin, end], newest first."""
+        count = self.index_count
+        number = self.slot(key_hash % self.slots)
+        if number <= 0 or number > count or count <= 1:
+            return
+        seen = set()
+        while True:
+            entry_hash, phys, diff, prev = self.entry(number)
+            if diff < 0:
+                return
+            t = self.begin_timestamp + diff * 1000
+            if entry_hash == key_hash and begin <= t <= end:
+                yield phys
+            seen.add(number)
+            if prev <= 0 or prev > count or prev in seen or t < begin:
+                return
+            number = prev
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class IndexService:
+    """The index directory: files oldest to newest, the newest one taking new keys."""
+
+    def __init__(self, directory: Path, slots: int, entries: int, clock, *, writable: bool):
+        self.directory = Path(directory)
+        self.slots = slots
+        self.entries = entries
+        self.clock = clock
+        self.writable = writable
+        self.files: list[IndexFile] = []
+        if self.directory.is_dir():
+            for name in sorted(os.listdir(self.directory)):
+                if is_index_name(name):  # RocketMQ skips non-numeric names
+                    self.files.append(IndexFile(self.directory / name, slots, entries, writable=writable))
+
+    @property
+    def end_phys(self) -> int:
+        return self.files[-1].end_phys if self.files else 0
+
+    def _writable_file(self) -> IndexFile:
+        if not self.writable:
+            raise ReadOnlyStoreError("the store is open read-only")
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full:
+            return last
+        self.directory.mkdir(parents=True, exist_ok=True)
+        now = self.clock.now_ms()
+        name = index_name_for(now)
+        while (self.directory / name).exists() or (last is not None and name <= last.path.name):
+            now += 1
+            name = index_name_for(now)
+        new = IndexFile(self.directory / name, self.slots, self.entries, writable=True, create=True,
+                        prev_end_timestamp=last.end_timestamp if last else 0,
+                        prev_end_phys=last.end_phys if last else 0)
+        self.files.append(new)
+        return new
+
+    def put_keys(self, topic: str, keys: list[str], phys: int, store_timestamp: int) -> None:
+        """Index one record under topic#key for each key (IndexService.buildIndex)."""
+        if self.files and phys < self.files[-1].end_phys:
+            return  # already indexed
+        for key in keys:
+            h = index_key_hash(index_key(topic, key))
+            target = self._writable_file()
+            if not target.put(h, phys, store_timestamp):
+                target = self._writable_file()
+                target.put(h, phys, store_timestamp)
+
+    def query(self, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1) -> Iterator[int]:
+        """Candidate physical offsets for topic#key, newest first. Only the hash is compared:
+        callers re-check the records' real keys."""
+        h = index_key_hash(index_key(topic, key))
+        seen: set[int] = set()
+        for f in reversed(self.files):
+            if f.time_matches(begin, end):
+                for phys in f.select(h, begin, end):
+                    if phys not in seen:
+                        seen.add(phys)
+                        yield phys
+            if f.begin_timestamp < begin:
+                return
+
+    def truncate_after_phys(self, end: int) -> int | None:
+        """Delete index files holding entries at or past `end`. Returns the commit log offset
+        from which the index must be rebuilt, or None when nothing was removed."""
+        rebuild_from = None
+        while self.files and self.files[-1].end_phys >= end and self.files[-1].used_entries > 0:
+            if not self.writable:
+                raise ReadOnlyStoreError("the store is open read-only")
+            dropped = self.files.pop()
+            dropped.close()
+            dropped.path.unlink()
+            rebuild_from = self.files[-1].end_phys if self.files else 0
+        return rebuild_from
+
+    def flush(self) -> None:
+        if self.files:
+            self.files[-1].flush()
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files.clear()
+
+
+def check_index_file_size(path: Path, slots: int, entries: int) -> None:
+    expected = INDEX_HEADER.size + slots * INDEX_SLOT.size + entries * INDEX_ENTRY.size
+    actual = path.stat().st_size
+    if actual != expected:
+        raise StoreError(f"index file {path.name} is {actual} bytes; the geometry expects {expected}")

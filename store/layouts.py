@@ -1,0 +1,75 @@
+"""Every fixed binary layout of the store, declared once. All integers are big-endian."""
+
+from __future__ import annotations
+
+import struct
+
+MAGIC_V1 = -626843481  # 0xDAA320A7, 1-byte topic length
+MAGIC_V2 = -626843477  # 0xDAA320AB, 2-byte topic length (RocketMQ 5.1+)
+MAGIC_BLANK = -875286124  # 0xCBD43194, end-of-file filler
+BLANK_MIN_LENGTH = 8  # a record must leave room for a BLANK behind it
+
+# Commit log record head, up to and including SYSFLAG and BORNTIMESTAMP.
+RECORD_HEAD = struct.Struct(
+    ">i"  # TOTALSIZE: whole record length
+    "i"  # MAGICCODE
+    "i"  # BODYCRC: crc32 of the stored body & 0x7FFFFFFF
+    "i"  # QUEUEID
+    "i"  # FLAG: producer flag, opaque
+    "q"  # QUEUEOFFSET: unit index in the consume queue
+    "q"  # PHYSICALOFFSET: commit log offset of this record
+    "i"  # SYSFLAG
+    "q"  # BORNTIMESTAMP (ms)
+)
+# After the born host: STORETIMESTAMP. After the store host: the tail below.
+STORE_TIMESTAMP = struct.Struct(">q")
+RECORD_TAIL = struct.Struct(
+    ">i"  # RECONSUMETIMES
+    "q"  # PREPARED TRANSACTION OFFSET
+    "i"  # BODY LENGTH
+)
+HOST_V4 = struct.Struct(">4si")  # address, port
+HOST_V6 = struct.Struct(">16si")  # address, port
+TOPIC_LEN_V1 = struct.Struct(">b")
+TOPIC_LEN_V2 = struct.Struct(">h")
+PROPERTIES_LEN = struct.Struct(">h")
+BLANK = struct.Struct(">ii")  # TOTALSIZE (bytes to end of file), MAGIC_BLANK
+INT32 = struct.Struct(">i")
+
+# Consume queue unit.
+CQ_UNIT = struct.Struct(
+    ">q"  # commit log physical offset
+    "i"  # record size
+    "q"  # tagsCode: tag hash, or deliver time for SCHEDULE_TOPIC_XXXX
+)
+
+# Index file.
+INDEX_HEADER = struct.Struct(
+    ">q"  # beginTimestamp
+    "q"  # endTimestamp
+    "q"  # beginPhyOffset
+    "q"  # endPhyOffset
+    "i"  # hashSlotCount: slots taken
+    "i"  # indexCount: next entry number (entry 0 unused)
+)
+INDEX_SLOT = struct.Struct(">i")  # newest entry number in the slot's chain, 0 = empty
+INDEX_ENTRY = struct.Struct(
+    ">i"  # keyHash
+    "q"  # commit log physical offset
+    "i"  # timeDiff in seconds from beginTimestamp
+    "i"  # previous entry number in the chain
+)
+
+# Checkpoint file: one page of big-endian longs.
+CHECKPOINT_SIZE = 4096
+CHECKPOINT = struct.Struct(
+    ">q"  # physicMsgTimestamp
+    "q"  # logicsMsgTimestamp
+    "q"  # indexMsgTimestamp
+)
+
+# Message ids.
+OFFSET_ID_TAIL = struct.Struct(">iq")  # store host port, physical offset
+UNIQ_KEY_TAIL = struct.Struct(">hiih")  # pid, class-loader hash, ms since month start, counter
+UNIQ_KEY_FIXED = struct.Struct(">hi")  # pid, class-loader hash: fixed per process
+UNIQ_KEY_VARYING = struct.Struct(">ih")  # ms since month start, counter

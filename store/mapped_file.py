@@ -1,0 +1,72 @@
+"""A fixed-size file mapped into memory, created sparse and zero-filled."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+from store.errors import CorruptRecordError
+
+PAGE = mmap.PAGESIZE
+
+
+class MappedFile:
+    """One fixed-size file: commit log segment, consume queue file or index file."""
+
+    def __init__(self, path: Path, size: int, *, writable: bool, create: bool = False):
+        self.path = Path(path)
+        self.size = size
+        self.writable = writable
+        if create:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.ftruncate(fd, size)
+            finally:
+                os.close(fd)
+        actual = self.path.stat().st_size
+        if actual != size:
+            raise CorruptRecordError(
+                str(self.path), 0,
+                f"file is {actual} bytes but the configured size is {size} (check the store geometry)",
+            )
+        flags = os.O_RDWR if writable else os.O_RDONLY
+        fd = os.open(self.path, flags)
+        try:
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            self.buf = mmap.mmap(fd, size, access=access) if size else b""
+        finally:
+            os.close(fd)
+        self._dirty_from = size
+        self._dirty_to = 0
+
+    def write(self, pos: int, data: bytes) -> None:
+        end = pos + len(data)
+        self.buf[pos:end] = data
+        if pos < self._dirty_from:
+            self._dirty_from = pos
+        if end > self._dirty_to:
+            self._dirty_to = end
+
+    def zero_from(self, pos: int, end: int | None = None) -> None:
+        end = self.size if end is None else end
+        chunk = 1 << 20
+        zeros = bytes(min(chunk, max(0, end - pos)))
+        while pos < end:
+            n = min(chunk, end - pos)
+            self.write(pos, zeros[:n])
+            pos += n
+
+    def flush(self) -> None:
+        """Make every write so far durable (msync of the dirty pages)."""
+        if not self.writable or self._dirty_to <= self._dirty_from:
+            return
+        start = self._dirty_from - self._dirty_from % PAGE
+        self.buf.flush(start, self._dirty_to - start)
+        self._dirty_from = self.size
+        self._dirty_to = 0
+
+    def close(self) -> None:
+        if isinstance(self.buf, mmap.mmap) and not self.buf.closed:
+            self.flush()
+            self.buf.close()

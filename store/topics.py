@@ -1,0 +1,68 @@
+"""System topic names, property names and topic name rules."""
+
+from __future__ import annotations
+
+import re
+
+from store.errors import InvalidMessageError
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+MAX_TOPIC_BYTES = 127
+TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+# MessageConst names used by the store and broker logic.
+KEYS = "KEYS"
+TAGS = "TAGS"
+UNIQ_KEY = "UNIQ_KEY"
+WAIT = "WAIT"
+DELAY = "DELAY"
+RETRY_TOPIC = "RETRY_TOPIC"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+CLUSTER = "CLUSTER"
+TRAN_MSG = "TRAN_MSG"
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+def is_retry_topic(topic: str) -> bool:
+    return topic.startswith(RETRY_PREFIX)
+
+
+def is_dlq_topic(topic: str) -> bool:
+    return topic.startswith(DLQ_PREFIX)
+
+
+def copy_kind(topic: str) -> str:
+    """Which copy of a message a topic holds: original, scheduled, retry or dead letter."""
+    if topic == SCHEDULE_TOPIC:
+        return "scheduled"
+    if is_retry_topic(topic):
+        return "retry"
+    if is_dlq_topic(topic):
+        return "dead_letter"
+    if topic == TRACE_TOPIC:
+        return "trace"
+    return "original"
+
+
+def validate_topic(topic: str) -> str:
+    """Reject names that RocketMQ rejects, so no topic can name a path it should not."""
+    if not isinstance(topic, str) or not TOPIC_NAME.match(topic):
+        raise InvalidMessageError(
+            f"invalid topic {topic!r}: use letters, digits, '%', '|', '_' or '-'"
+        )
+    if len(topic.encode("utf-8")) > MAX_TOPIC_BYTES:
+        raise InvalidMessageError(f"topic {topic[:20]!r}... is longer than {MAX_TOPIC_BYTES} bytes")
+    return topic
