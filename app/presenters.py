@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 
 from store.codec import StoredMessage
 from store.topics import copy_kind
@@ -33,8 +34,6 @@ def message_dict(msg: StoredMessage) -> dict:
         "copy": copy_kind(msg.topic),
         "body_base64": base64.b64encode(body).decode("ascii"),
     }
-    try:
+    with contextlib.suppress(UnicodeDecodeError):
         data["body_text"] = body.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
     return data

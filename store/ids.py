@@ -59,7 +59,7 @@ def decode_unique_key(key: str) -> UniqueKeyParts:
         ip=HostAddress(raw[:addr_len], 0).host_text(),
         pid=pid & 0xFFFF,
         class_loader_hash=loader_hash & 0xFFFFFFFF,
-        ms_since_month_start=ms,
+        ms_since_month_start=ms & 0xFFFFFFFF,  # written as a Java int, read back unsigned
         counter=counter & 0xFFFF,
     )
 
