@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from store import ids
 from store.errors import CorruptRecordError
 from store.hosts import HostAddress
 from store.layouts import (
     BLANK,
+    BODY_LENGTH,
+    DISPATCH_HEAD,
     HOST_V4,
     HOST_V6,
     MAGIC_BLANK,
     MAGIC_V1,
     MAGIC_V2,
     PROPERTIES_LEN,
+    RECORD_FIXED,
     RECORD_HEAD,
     RECORD_TAIL,
     STORE_TIMESTAMP,
@@ -134,37 +138,35 @@ def encoded_size(stored_body_len: int, topic_bytes_len: int, properties_bytes_le
     )
 
 
-def encode(msg: StoredMessage) -> bytes:
-    """Bytes of the record. The host-v6 sysflag bits are derived from the host addresses."""
-    sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
-    if msg.born_host.is_ipv6:
+def encode_fields(queue_id: int, flag: int, queue_offset: int, phys_offset: int, sys_flag: int,
+                  born_timestamp: int, born_host: HostAddress, store_timestamp: int, store_host: HostAddress,
+                  reconsume_times: int, prepared_transaction_offset: int, stored_body: bytes,
+                  topic_bytes: bytes, properties_bytes: bytes, magic: int = MAGIC_V1) -> bytes:
+    """Bytes of a record from its fields. The host-v6 sysflag bits follow the host addresses."""
+    born_v6 = len(born_host.address) == 16
+    store_v6 = len(store_host.address) == 16
+    sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+    if born_v6:
         sys_flag |= BORNHOST_V6_FLAG
-    if msg.store_host.is_ipv6:
+    if store_v6:
         sys_flag |= STOREHOST_V6_FLAG
-    topic_bytes = msg.topic.encode("utf-8")
-    props_bytes = msg.properties_text().encode("utf-8")
-    magic = msg.magic
     if magic == MAGIC_V1 and len(topic_bytes) > MAX_TOPIC_BYTES_V1:
         magic = MAGIC_V2
     topic_len = (TOPIC_LEN_V2 if magic == MAGIC_V2 else TOPIC_LEN_V1).pack(len(topic_bytes))
-    body = msg.stored_body
-    total = encoded_size(len(body), len(topic_bytes), len(props_bytes),
-                         msg.born_host.is_ipv6, msg.store_host.is_ipv6, magic)
-    born = _host_struct(msg.born_host.is_ipv6).pack(msg.born_host.address, msg.born_host.port)
-    store = _host_struct(msg.store_host.is_ipv6).pack(msg.store_host.address, msg.store_host.port)
-    return b"".join((
-        RECORD_HEAD.pack(total, magic, body_crc(body), msg.queue_id, msg.flag, msg.queue_offset,
-                         msg.phys_offset, sys_flag, msg.born_timestamp),
-        born,
-        STORE_TIMESTAMP.pack(msg.store_timestamp),
-        store,
-        RECORD_TAIL.pack(msg.reconsume_times, msg.prepared_transaction_offset, len(body)),
-        body,
-        topic_len,
-        topic_bytes,
-        PROPERTIES_LEN.pack(len(props_bytes)),
-        props_bytes,
-    ))
+    fixed = RECORD_FIXED[(born_v6, store_v6)]
+    total = fixed.size + len(stored_body) + len(topic_len) + len(topic_bytes) + 2 + len(properties_bytes)
+    head = fixed.pack(total, magic, body_crc(stored_body), queue_id, flag, queue_offset, phys_offset, sys_flag,
+                      born_timestamp, born_host.address, born_host.port, store_timestamp, store_host.address,
+                      store_host.port, reconsume_times, prepared_transaction_offset, len(stored_body))
+    return b"".join((head, stored_body, topic_len, topic_bytes, PROPERTIES_LEN.pack(len(properties_bytes)),
+                     properties_bytes))
+
+
+def encode(msg: StoredMessage) -> bytes:
+    return encode_fields(msg.queue_id, msg.flag, msg.queue_offset, msg.phys_offset, msg.sys_flag,
+                         msg.born_timestamp, msg.born_host, msg.store_timestamp, msg.store_host,
+                         msg.reconsume_times, msg.prepared_transaction_offset, msg.stored_body,
+                         msg.topic.encode("utf-8"), msg.properties_text().encode("utf-8"), msg.magic)
 
 
 def encode_blank(remaining: int) -> bytes:
@@ -173,6 +175,52 @@ def encode_blank(remaining: int) -> bytes:
 
 def read_size_and_magic(buf, pos: int) -> tuple[int, int]:
     return BLANK.unpack_from(buf, pos)
+
+
+class DispatchView(NamedTuple):
+    """The fields of a record that dispatch needs, read without copying the body."""
+
+    size: int
+    queue_id: int
+    queue_offset: int
+    phys_offset: int
+    sys_flag: int
+    store_timestamp: int
+    topic: str
+    properties: dict[str, str]
+
+
+def decode_for_dispatch(buf, pos: int, *, path: str = "<buffer>") -> DispatchView:
+    """A lean decode for dispatch; validates the same lengths as `decode`, skips the CRC."""
+    try:
+        total, magic, queue_id, queue_offset, phys, sys_flag = DISPATCH_HEAD.unpack_from(buf, pos)
+        cursor = pos + RECORD_HEAD.size + (HOST_V6.size if sys_flag & BORNHOST_V6_FLAG else HOST_V4.size)
+        (store_ts,) = STORE_TIMESTAMP.unpack_from(buf, cursor)
+        cursor += STORE_TIMESTAMP.size + (HOST_V6.size if sys_flag & STOREHOST_V6_FLAG else HOST_V4.size)
+        (body_len,) = BODY_LENGTH.unpack_from(buf, cursor + RECORD_TAIL.size - BODY_LENGTH.size)
+        cursor += RECORD_TAIL.size + body_len
+        if magic == MAGIC_V1:
+            topic_len = buf[cursor]
+            if topic_len > 127:
+                raise CorruptRecordError(path, pos, "topic length is negative")
+            cursor += 1
+        elif magic == MAGIC_V2:
+            (topic_len,) = TOPIC_LEN_V2.unpack_from(buf, cursor)
+            cursor += TOPIC_LEN_V2.size
+        else:
+            raise CorruptRecordError(path, pos, f"unknown magic code 0x{magic & 0xFFFFFFFF:08X}")
+        topic = buf[cursor : cursor + topic_len].decode("utf-8")
+        cursor += topic_len
+        (props_len,) = PROPERTIES_LEN.unpack_from(buf, cursor)
+        cursor += PROPERTIES_LEN.size
+        if body_len < 0 or topic_len <= 0 or props_len < 0 or cursor + props_len != pos + total:
+            raise CorruptRecordError(path, pos, "field lengths do not add up to the total size")
+        props = parse_properties(buf[cursor : cursor + props_len].decode("utf-8"))
+    except CorruptRecordError:
+        raise
+    except (ValueError, IndexError) as exc:
+        raise CorruptRecordError(path, pos, f"undecodable field: {exc}") from None
+    return DispatchView(total, queue_id, queue_offset, phys, sys_flag, store_ts, topic, props)
 
 
 def decode(buf, pos: int, *, path: str = "<buffer>", check_crc: bool = True,

@@ -115,7 +115,9 @@ class CommitLog:
         seg = self._segment_for(phys)
         if seg is None:
             raise StoreError(f"no segment holds offset {phys}")
-        seg.write(phys % self.file_size, data)
+        pos = phys % self.file_size
+        seg.prefault_ahead(pos + len(data))
+        seg.write(pos, data)
         with self._dirty_lock:
             self._dirty.add((phys - self._base) // self.file_size)
 

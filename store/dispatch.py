@@ -6,16 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from store import topics
-from store.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, StoredMessage, split_keys
+from store import codec, topics
+from store.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK, split_keys
 from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueues
 from store.delay_levels import DelayLevels
 from store.index import IndexService
 from store.javahash import tags_code
+from store.layouts import BLANK, MAGIC_BLANK
+
+DISPATCH_BATCH_BYTES = 4 * 1024 * 1024
 
 
-def tags_code_of(msg: StoredMessage, delay_levels: DelayLevels) -> int:
+def tags_code_of(msg, delay_levels: DelayLevels) -> int:
+    """tagsCode of a record (StoredMessage or DispatchView): deliver time for scheduled ones."""
     if msg.topic == topics.SCHEDULE_TOPIC:
         level = msg.properties.get(topics.DELAY)
         if level is not None and level.lstrip("-").isdigit() and int(level) > 0:
@@ -23,7 +27,7 @@ def tags_code_of(msg: StoredMessage, delay_levels: DelayLevels) -> int:
     return tags_code(msg.properties.get(topics.TAGS))
 
 
-def index_keys_of(msg: StoredMessage) -> list[str]:
+def index_keys_of(msg) -> list[str]:
     keys = []
     uniq = msg.properties.get(topics.UNIQ_KEY)
     if uniq:
@@ -41,29 +45,69 @@ class Dispatcher:
         self.delay_levels = delay_levels
         self.dispatched_to = commitlog.min_offset
         self.last_store_timestamp = 0
-        self.listeners: list[Callable[[StoredMessage], None]] = []
+        self.listeners: list[Callable[[codec.StoredMessage], None]] = []
 
-    def dispatch_record(self, msg: StoredMessage) -> None:
-        ttype = msg.transaction_type
-        if ttype not in (TRANSACTION_PREPARED, TRANSACTION_ROLLBACK):
-            cq = self.queues.get_or_create(msg.topic, msg.queue_id)
-            cq.put(msg.queue_offset, msg.phys_offset, msg.size, tags_code_of(msg, self.delay_levels))
-        if ttype != TRANSACTION_ROLLBACK:
-            keys = index_keys_of(msg)
-            if keys:
-                self.index.put_keys(msg.topic, keys, msg.phys_offset, msg.store_timestamp)
-        self.last_store_timestamp = msg.store_timestamp
-        for listener in self.listeners:
-            listener(msg)
+    def _views(self, start: int, end: int):
+        """DispatchViews of the records in [start, end), BLANK fillers skipped."""
+        log = self.commitlog
+        file_size = log.file_size
+        phys = start
+        while phys < end:
+            seg, pos = log.view(phys)
+            size, magic = BLANK.unpack_from(seg.buf, pos)
+            if magic == MAGIC_BLANK:
+                phys += file_size - pos
+                continue
+            view = codec.decode_for_dispatch(seg.buf, pos, path=str(seg.path))
+            yield view
+            phys += view.size
 
     def dispatch_pending(self) -> int:
         """Dispatch every record between the progress mark and the commit log's end."""
-        count = 0
         end = self.commitlog.end
-        if self.dispatched_to >= end:
-            return 0
-        for msg in self.commitlog.iterate(self.dispatched_to, end):
-            self.dispatch_record(msg)
-            count += 1
-        self.dispatched_to = end
+        count = 0
+        while self.dispatched_to < end:
+            stop = min(end, self.dispatched_to + DISPATCH_BATCH_BYTES)
+            views = list(self._views(self.dispatched_to, stop))
+            if views:
+                last = views[-1]
+                stop = last.phys_offset + last.size
+            self._dispatch_batch(views)
+            count += len(views)
+            self.dispatched_to = max(stop, self.dispatched_to) if views else end
         return count
+
+    def _dispatch_batch(self, views: list[codec.DispatchView]) -> None:
+        runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}
+        indexed: list[tuple[str, list[str], int, int]] = []
+        delay_levels = self.delay_levels
+        for v in views:
+            ttype = v.sys_flag & TRANSACTION_TYPE_MASK
+            if ttype != TRANSACTION_PREPARED and ttype != TRANSACTION_ROLLBACK:
+                unit = (v.phys_offset, v.size, tags_code_of(v, delay_levels))
+                key = (v.topic, v.queue_id)
+                run = runs.get(key)
+                if run is not None and run[0] + len(run[1]) == v.queue_offset:
+                    run[1].append(unit)
+                else:
+                    if run is not None:
+                        self._write_run(key, run)
+                    runs[key] = (v.queue_offset, [unit])
+            if ttype != TRANSACTION_ROLLBACK:
+                keys = index_keys_of(v)
+                if keys:
+                    indexed.append((v.topic, keys, v.phys_offset, v.store_timestamp))
+        for key, run in runs.items():
+            self._write_run(key, run)
+        if indexed:
+            self.index.put_batch(indexed)
+        if views:
+            self.last_store_timestamp = views[-1].store_timestamp
+        if self.listeners:
+            for v in views:
+                msg = self.commitlog.read(v.phys_offset, check_crc=False)
+                for listener in self.listeners:
+                    listener(msg)
+
+    def _write_run(self, key: tuple[str, int], run: tuple[int, list[tuple[int, int, int]]]) -> None:
+        self.queues.get_or_create(*key).put_run(run[0], run[1])

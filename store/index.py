@@ -6,13 +6,18 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from store.errors import ReadOnlyStoreError, StoreError
-from store.javahash import index_key_hash
+from store.javahash import index_key_hash, index_key_hashes
 from store.layouts import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT
 from store.mapped_file import MappedFile
 from store.paths import index_name_for, is_index_name
 
 MAX_TIME_DIFF = 0x7FFFFFFF
+# INDEX_ENTRY as a numpy record, for writing many entries in one block.
+ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+assert ENTRY_DTYPE.itemsize == INDEX_ENTRY.size
 
 
 def index_key(topic: str, key: str) -> str:
@@ -78,6 +83,55 @@ class IndexFile:
         self.end_timestamp = store_timestamp
         self._write_header()
         return True
+
+    def put_many(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> int:
+        """putKey for many keys in order, as one block. Returns how many fit in this file."""
+        n = min(self.entries - self.index_count, len(hashes))
+        if n <= 0:
+            return 0
+        hashes, phys, times = hashes[:n], phys[:n], times[:n]
+        first = self.index_count
+        numbers = np.arange(first, first + n, dtype=np.int64)
+        slots = hashes % self.slots
+        slot_table = np.frombuffer(self.file.buf, dtype=">i4", count=self.slots, offset=INDEX_HEADER.size)
+        old = slot_table[slots].astype(np.int64)
+        old[(old <= 0) | (old > first)] = 0
+        # Within the batch, each entry chains to the previous entry of its slot.
+        order = np.argsort(slots, kind="stable")
+        sorted_slots = slots[order]
+        follows = np.zeros(n, dtype=bool)
+        follows[1:] = sorted_slots[1:] == sorted_slots[:-1]
+        sorted_numbers = numbers[order]
+        prev_sorted = old[order]
+        prev_sorted[follows] = sorted_numbers[:-1][follows[1:]]
+        prev = np.empty(n, dtype=np.int64)
+        prev[order] = prev_sorted
+        diffs = np.empty(n, dtype=np.int64)
+        begin = self.begin_timestamp
+        start = 0
+        if first <= 1:  # the first entry is timed against the previous file's end
+            diffs[0] = 0 if begin <= 0 else min(max((int(times[0]) - begin) // 1000, 0), MAX_TIME_DIFF)
+            begin = self.begin_timestamp = int(times[0])
+            self.begin_phys = int(phys[0])
+            start = 1
+        if begin <= 0:
+            diffs[start:] = 0
+        else:
+            diffs[start:] = np.clip((times[start:] - begin) // 1000, 0, MAX_TIME_DIFF)
+        block = np.empty(n, dtype=ENTRY_DTYPE)
+        block["hash"], block["phys"], block["diff"], block["prev"] = hashes, phys, diffs, prev
+        self.file.write(self._entries_at + first * INDEX_ENTRY.size, block.tobytes())
+        last_in_slot = np.ones(n, dtype=bool)
+        last_in_slot[:-1] = ~follows[1:]
+        slot_table[sorted_slots[last_in_slot]] = sorted_numbers[last_in_slot]
+        self.file.mark_dirty(INDEX_HEADER.size, self._entries_at)
+        first_in_slot = ~follows
+        self.slot_count += int(np.count_nonzero(prev_sorted[first_in_slot] == 0))
+        self.index_count += n
+        self.end_phys = int(phys[-1])
+        self.end_timestamp = int(times[-1])
+        self._write_header()
+        return n
 
     def entry(self, number: int) -> tuple[int, int, int, int]:
         return INDEX_ENTRY.unpack_from(self.file.buf, self._entries_at + number * INDEX_ENTRY.size)
@@ -162,6 +216,28 @@ class IndexService:
             if not target.put(h, phys, store_timestamp):
                 target = self._writable_file()
                 target.put(h, phys, store_timestamp)
+
+    def put_batch(self, records: list[tuple[str, list[str], int, int]]) -> None:
+        """Index many records (topic, keys, phys, store time) in commit log order."""
+        end_phys = self.files[-1].end_phys if self.files else 0
+        flat_keys: list[str] = []
+        phys_list: list[int] = []
+        time_list: list[int] = []
+        for topic, keys, phys, store_timestamp in records:
+            if phys < end_phys:
+                continue  # already indexed
+            for key in keys:
+                flat_keys.append(f"{topic}#{key}")
+                phys_list.append(phys)
+                time_list.append(store_timestamp)
+        if not flat_keys:
+            return
+        hashes = index_key_hashes(flat_keys)
+        phys_arr = np.array(phys_list, dtype=np.int64)
+        time_arr = np.array(time_list, dtype=np.int64)
+        done = 0
+        while done < len(flat_keys):
+            done += self._writable_file().put_many(hashes[done:], phys_arr[done:], time_arr[done:])
 
     def query(self, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1) -> Iterator[int]:
         """Candidate physical offsets for topic#key, newest first. Only the hash is compared:

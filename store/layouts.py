@@ -21,6 +21,9 @@ RECORD_HEAD = struct.Struct(
     "i"  # SYSFLAG
     "q"  # BORNTIMESTAMP (ms)
 )
+# The head fields dispatch needs: TOTALSIZE .. SYSFLAG (see RECORD_HEAD).
+DISPATCH_HEAD = struct.Struct(">ii4xi4xqqi")  # total, magic, (crc), queue id, (flag), queue offset, phys, sysflag
+BORN_TIMESTAMP_LEN = 8
 # After the born host: STORETIMESTAMP. After the store host: the tail below.
 STORE_TIMESTAMP = struct.Struct(">q")
 RECORD_TAIL = struct.Struct(
@@ -28,6 +31,7 @@ RECORD_TAIL = struct.Struct(
     "q"  # PREPARED TRANSACTION OFFSET
     "i"  # BODY LENGTH
 )
+BODY_LENGTH = struct.Struct(">i")  # the last field of RECORD_TAIL
 HOST_V4 = struct.Struct(">4si")  # address, port
 HOST_V6 = struct.Struct(">16si")  # address, port
 TOPIC_LEN_V1 = struct.Struct(">b")
@@ -73,3 +77,14 @@ OFFSET_ID_TAIL = struct.Struct(">iq")  # store host port, physical offset
 UNIQ_KEY_TAIL = struct.Struct(">hiih")  # pid, class-loader hash, ms since month start, counter
 UNIQ_KEY_FIXED = struct.Struct(">hi")  # pid, class-loader hash: fixed per process
 UNIQ_KEY_VARYING = struct.Struct(">ih")  # ms since month start, counter
+
+
+def record_fixed_part(born_v6: bool, store_v6: bool) -> struct.Struct:
+    """RECORD_HEAD + born host + STORE_TIMESTAMP + store host + RECORD_TAIL as one struct."""
+    born = HOST_V6 if born_v6 else HOST_V4
+    store = HOST_V6 if store_v6 else HOST_V4
+    parts = (RECORD_HEAD, born, STORE_TIMESTAMP, store, RECORD_TAIL)
+    return struct.Struct(">" + "".join(p.format.lstrip(">") for p in parts))
+
+
+RECORD_FIXED = {(b, s): record_fixed_part(b, s) for b in (False, True) for s in (False, True)}

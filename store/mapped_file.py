@@ -9,6 +9,8 @@ from pathlib import Path
 from store.errors import CorruptRecordError
 
 PAGE = mmap.PAGESIZE
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
+PREFAULT_BYTES = 8 * 1024 * 1024
 
 
 class MappedFile:
@@ -39,6 +41,21 @@ class MappedFile:
             os.close(fd)
         self._dirty_from = size
         self._dirty_to = 0
+        self._prefaulted_to = 0
+
+    def prefault_ahead(self, pos: int) -> None:
+        """Fault in the pages after `pos` before the writer reaches them (RocketMQ warms its
+        mapped files the same way); page faults in the write path cost more than this."""
+        if pos + PAGE <= self._prefaulted_to or not self.writable:
+            return
+        start = pos - pos % PAGE
+        length = min(PREFAULT_BYTES, self.size - start)
+        try:
+            self.buf.madvise(MADV_POPULATE_WRITE, start, length)
+        except (OSError, ValueError):
+            self._prefaulted_to = self.size  # unsupported here: stop trying
+            return
+        self._prefaulted_to = start + length
 
     def write(self, pos: int, data: bytes) -> None:
         end = pos + len(data)
@@ -47,6 +64,11 @@ class MappedFile:
             self._dirty_from = pos
         if end > self._dirty_to:
             self._dirty_to = end
+
+    def mark_dirty(self, pos: int, end: int) -> None:
+        """Record a write made through another view of the mapping (a numpy array)."""
+        self._dirty_from = min(self._dirty_from, pos)
+        self._dirty_to = max(self._dirty_to, end)
 
     def zero_from(self, pos: int, end: int | None = None) -> None:
         end = self.size if end is None else end

@@ -36,6 +36,11 @@ from store.paths import LOCK_CONTENT, StorePaths
 from store.properties import MAX_PROPERTIES_BYTES, check_property, java_hashmap_order
 
 MAX_QUERY_RESULTS = 10_000
+
+
+def _has_separator(text: str) -> bool:
+    return "\x01" in text or "\x02" in text
+
 DEFAULT_QUERY_MAX = 32
 FAR_FUTURE_MS = 2**63 - 1
 
@@ -107,6 +112,10 @@ class MessageStore:
         self._stop_flusher = threading.Event()
         self._queue_rr: dict[str, Iterator[int]] = {}
         self._unique_keys = ids.UniqueKeyFactory(self.store_host, clock)
+        self._queue_offsets: dict[tuple[str, int], int] = {}
+        self._topic_bytes: dict[str, bytes] = {}
+        self._property_orders: dict[tuple[str, ...], list[str]] = {}
+        self._hosts: dict[str, HostAddress] = {}
         self.commitlog: CommitLog
         self.queues: ConsumeQueues
         self.index: IndexService
@@ -248,38 +257,56 @@ class MessageStore:
             rr = self._queue_rr[topic] = itertools.cycle(range(self.config.default_queue_count))
         return next(rr)
 
+    def _check_topic(self, topic: str) -> bytes:
+        encoded = self._topic_bytes.get(topic)
+        if encoded is None:
+            encoded = topics.validate_topic(topic).encode("utf-8")
+            self._topic_bytes[topic] = encoded
+        return encoded
+
+    def _ordered(self, names: tuple[str, ...]) -> list[str]:
+        order = self._property_orders.get(names)
+        if order is None:
+            order = self._property_orders[names] = java_hashmap_order(names)
+        return order
+
     def _build_record(self, m: NewMessage, now: int) -> StoredMessage:
-        topic = topics.validate_topic(m.topic)
-        if not isinstance(m.body, bytes | bytearray):
-            raise InvalidMessageError("the body must be bytes")
-        body = bytes(m.body)
+        """The record a producer's message becomes, as RocketMQ 4.9's broker writes it: the
+        client properties plus CLUSTER, in java.util.HashMap order, without WAIT."""
+        self._check_topic(m.topic)
+        topic = m.topic
+        body = m.body
+        if not isinstance(body, bytes):
+            if not isinstance(body, bytearray):
+                raise InvalidMessageError("the body must be bytes")
+            body = bytes(body)
         if len(body) > self.config.max_message_bytes:
             raise InvalidMessageError(f"body of {len(body)} bytes exceeds {self.config.max_message_bytes}")
         queue_id = self._next_queue_id(topic) if m.queue_id is None else m.queue_id
         if not isinstance(queue_id, int) or queue_id < 0:
             raise InvalidMessageError(f"invalid queue id {queue_id!r}")
         props: dict[str, str] = {}
-        for name, value in m.properties.items():
-            try:
-                check_property(name, str(value))
-            except ValueError as exc:
-                raise InvalidMessageError(str(exc)) from None
-            props[name] = str(value)
+        if m.properties:
+            for name, value in m.properties.items():
+                value = str(value)
+                try:
+                    check_property(name, value)
+                except ValueError as exc:
+                    raise InvalidMessageError(str(exc)) from None
+                props[name] = value
         if m.keys:
             for key in m.keys:
-                if not key or " " in key:
+                if not key or " " in key or _has_separator(key):
                     raise InvalidMessageError(f"invalid key {key!r}: keys are non-empty and have no spaces")
             props[topics.KEYS] = " ".join(m.keys)
         unique_key = m.unique_key or props.get(topics.UNIQ_KEY) or self._unique_keys.create()
+        if _has_separator(unique_key):
+            raise InvalidMessageError("the unique key contains a reserved separator character")
         props[topics.UNIQ_KEY] = unique_key
         if m.tags:
+            if _has_separator(m.tags):
+                raise InvalidMessageError("tags contain a reserved separator character")
             props[topics.TAGS] = m.tags
-        for name in (topics.KEYS, topics.UNIQ_KEY, topics.TAGS):
-            if name in props:
-                try:
-                    check_property(name, props[name])
-                except ValueError as exc:
-                    raise InvalidMessageError(str(exc)) from None
         sys_flag = 0
         if m.compress:
             body = zlib.compress(body, 5)
@@ -293,8 +320,8 @@ class MessageStore:
             props[topics.WAIT] = "true"
             topic, queue_id = topics.SCHEDULE_TOPIC, delay - 1
         props[topics.CLUSTER] = self.config.cluster
-        ordered = {name: props[name] for name in java_hashmap_order(props)}
-        born_host = HostAddress.parse(m.born_host) if m.born_host else self.store_host
+        ordered = {name: props[name] for name in self._ordered(tuple(props))}
+        born_host = self._parse_host(m.born_host) if m.born_host else self.store_host
         return StoredMessage(
             topic=topic, queue_id=queue_id, queue_offset=0, phys_offset=0,
             born_timestamp=now if m.born_timestamp is None else m.born_timestamp,
@@ -303,20 +330,32 @@ class MessageStore:
             reconsume_times=m.reconsume_times,
         )
 
+    def _parse_host(self, text: str) -> HostAddress:
+        host = self._hosts.get(text)
+        if host is None:
+            try:
+                host = HostAddress.parse(text)
+            except ValueError as exc:
+                raise InvalidMessageError(str(exc)) from None
+            if len(self._hosts) < 4096:
+                self._hosts[text] = host
+        return host
+
     def put(self, message: NewMessage) -> PutResult:
         return self.put_many([message])[0]
 
     def put_many(self, messages: Iterable[NewMessage]) -> list[PutResult]:
-        """Append messages in order; with sync flush they are on disk when this returns."""
+        """Append messages in order; with sync flush they are on disk when this returns.
+
+        Every message is checked before any is written, so a bad one rejects the whole batch."""
         if self.read_only:
             raise ReadOnlyStoreError("the store is open read-only")
-        results = []
         with self._lock:
             if self._closed:
                 raise StoreError("the store is closed")
-            for m in messages:
-                record = self._build_record(m, self.clock.now_ms())
-                results.append(self._append(record))
+            now = self.clock.now_ms()
+            records = [self._build_record(m, now) for m in messages]
+            results = [self._append(record) for record in records]
             self.dispatcher.dispatch_pending()
             if self.config.flush == "sync":
                 self.commitlog.flush()
@@ -333,25 +372,40 @@ class MessageStore:
                 self.commitlog.flush()
         return result
 
+    def _next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """RocketMQ's topic-queue table: the next offset of each queue, ahead of dispatch."""
+        key = (topic, queue_id)
+        offset = self._queue_offsets.get(key)
+        if offset is None:
+            cq = self.queues.get(topic, queue_id)
+            offset = cq.max_offset if cq is not None else 0
+        self._queue_offsets[key] = offset + 1
+        return offset
+
     def _append(self, record: StoredMessage) -> PutResult:
-        topic_len = len(record.topic.encode("utf-8"))
-        props_len = len(record.properties_text().encode("utf-8"))
-        if props_len > MAX_PROPERTIES_BYTES:
-            raise InvalidMessageError(f"properties take {props_len} bytes; the limit is {MAX_PROPERTIES_BYTES}")
-        size = codec.encoded_size(len(record.stored_body), topic_len, props_len,
+        topic_bytes = self._check_topic(record.topic) if record.topic in self._topic_bytes else (
+            record.topic.encode("utf-8"))
+        props_bytes = record.properties_text().encode("utf-8")
+        if len(props_bytes) > MAX_PROPERTIES_BYTES:
+            raise InvalidMessageError(
+                f"properties take {len(props_bytes)} bytes; the limit is {MAX_PROPERTIES_BYTES}")
+        size = codec.encoded_size(len(record.stored_body), len(topic_bytes), len(props_bytes),
                                   record.born_host.is_ipv6, record.store_host.is_ipv6)
         if size > self.commitlog.max_record_size():
             raise InvalidMessageError(f"a record of {size} bytes does not fit in a commit log segment")
-        cq = self.queues.get(record.topic, record.queue_id)
-        record.queue_offset = cq.max_offset if cq is not None else 0
-        record.phys_offset = self.commitlog.prepare(size)
-        data = codec.encode(record)
-        self.commitlog.append(data)
+        phys = self.commitlog.prepare(size)
+        record.queue_offset = self._next_queue_offset(record.topic, record.queue_id)
+        record.phys_offset = phys
         record.size = size
+        self.commitlog.append(codec.encode_fields(
+            record.queue_id, record.flag, record.queue_offset, phys, record.sys_flag, record.born_timestamp,
+            record.born_host, record.store_timestamp, record.store_host, record.reconsume_times,
+            record.prepared_transaction_offset, record.stored_body, topic_bytes, props_bytes, record.magic,
+        ))
         return PutResult(
             topic=record.topic, queue_id=record.queue_id, queue_offset=record.queue_offset,
-            phys_offset=record.phys_offset, size=size,
-            offset_msg_id=ids.create_offset_msg_id(record.store_host, record.phys_offset),
+            phys_offset=phys, size=size,
+            offset_msg_id=ids.create_offset_msg_id(record.store_host, phys),
             unique_key=record.properties.get(topics.UNIQ_KEY), store_timestamp=record.store_timestamp,
         )
 
