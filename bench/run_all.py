@@ -1,0 +1,27 @@
+"""Every benchmark with its defaults: `python -m bench.run_all` (what `make bench` runs).
+
+Runs the store benchmark at 1,000,000 messages and writes its section of docs/performance.md
+(raw results in bench/results/, which git ignores). Extra arguments go to bench.store_bench.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from bench import store_bench
+from bench.store_bench import REPO
+
+
+def main(argv: list[str] | None = None) -> int:
+    extra = sys.argv[1:] if argv is None else argv
+    return store_bench.main([
+        "--messages", "1000000",
+        "--batch", "1000",
+        "--out", str(REPO / "docs" / "performance.md"),
+        "--json", str(REPO / "bench" / "results" / "store_bench.json"),
+        *extra,
+    ])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,454 @@
+"""The systems under test. Each `run_*` runs in its own fresh process (see store_bench) so that its
+peak memory is its own, regenerates the workload from the seed, and returns plain data.
+
+Timed regions cover the calls into the system under test only; building the messages (NewMessage
+objects, row tuples, header bytes) from the generator happens outside them, the same for all.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import resource
+import shutil
+import sqlite3
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.workload import GROUP_SIZE, TOPIC, Fields, Workload, new_message
+
+WARMUP_SALT = 1
+SAMPLE_SALT = 2
+GROUP_WARMUP_SALT = 3
+GROUP_SAMPLE_SALT = 4
+KEY_QUERY_MAX = 64  # enough for all GROUP_SIZE hits
+
+
+@dataclass(frozen=True)
+class Params:
+    messages: int
+    batch: int
+    seed: int
+    lookups: int
+    warmup: int
+    single_messages: int
+    workdir: str
+    key_window: int
+
+
+def child_main(conn, fn: Callable[..., dict[str, Any]], args: tuple) -> None:
+    """Entry point of a fresh benchmark process: run `fn` and send back its result or its error."""
+    try:
+        conn.send(("ok", fn(*args)))
+    except BaseException as exc:  # report everything, including CheckError, to the parent
+        conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(), isinstance(exc, CheckError)))
+    finally:
+        conn.close()
+
+
+# -- measurement helpers -------------------------------------------------------------------------
+def percentile(sorted_values: list[int], q: float) -> int:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_values:
+        raise ValueError("no values")
+    rank = min(len(sorted_values), max(1, math.ceil(q * len(sorted_values))))
+    return sorted_values[rank - 1]
+
+
+def latency_summary(ns: list[int]) -> dict[str, float]:
+    s = sorted(ns)
+    return {
+        "count": len(s),
+        "p50_us": percentile(s, 0.50) / 1000,
+        "p90_us": percentile(s, 0.90) / 1000,
+        "p99_us": percentile(s, 0.99) / 1000,
+        "max_us": s[-1] / 1000,
+        "mean_us": sum(s) / len(s) / 1000,
+    }
+
+
+def time_lookups(items: list, warmup: list, call: Callable[[Any], Any],
+                 check: Callable[[Any, Any], None]) -> dict[str, float]:
+    """Warm up, then time each call on its own; results are checked outside the timed window."""
+    for item in warmup:
+        check(item, call(item))
+    clock = time.perf_counter_ns
+    ns = []
+    for item in items:
+        t0 = clock()
+        result = call(item)
+        t1 = clock()
+        ns.append(t1 - t0)
+        check(item, result)
+    return latency_summary(ns)
+
+
+def memory_facts() -> dict[str, int]:
+    """Peak RSS of this process and its current anonymous/file-backed split, in KiB."""
+    facts = {"peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name in ("VmHWM", "RssAnon", "RssFile", "RssShmem"):
+                    facts[name] = int(value.split()[0])
+    except OSError:
+        pass
+    return facts
+
+
+def start_memory() -> dict[str, Any]:
+    """After the workload is built: collect garbage, note the RSS the generator leaves behind and its
+    peak so far, then reset the kernel's peak-RSS mark (VmHWM, which getrusage's ru_maxrss follows)
+    so that the peak read at the end covers the run of the system only. Sizes in KiB."""
+    gc.collect()
+    facts: dict[str, Any] = {"generator_rss_kib": rss_now_kib(),
+                             "generator_peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        facts["peak_reset"] = True
+    except OSError:
+        facts["peak_reset"] = False
+    return facts
+
+
+def rss_now_kib() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except OSError:
+        return 0
+
+
+def disk_usage(path: Path) -> dict[str, int]:
+    """Apparent size and allocated bytes of everything under `path` (files may be sparse)."""
+    apparent = allocated = 0
+    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if p.is_file():
+            st = p.stat()
+            apparent += st.st_size
+            allocated += st.st_blocks * 512
+    return {"apparent_bytes": apparent, "allocated_bytes": allocated}
+
+
+class CheckError(AssertionError):
+    pass
+
+
+def expect(cond: bool, what: str) -> None:
+    if not cond:
+        raise CheckError(what)
+
+
+def _fresh_dir(params: Params, name: str) -> Path:
+    d = Path(params.workdir) / name
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    return d
+
+
+def _common(wl: Workload, mem_start: dict[str, Any]) -> dict[str, Any]:
+    return {"workload_fingerprint": wl.fingerprint(), "memory_start": mem_start, "pid": os.getpid()}
+
+
+# -- mqlens ----------------------------------------------------------------------------------------
+def _wait_dispatched(store, timeout_s: float = 600.0) -> None:
+    """Dispatch is inline today; should it move to a background thread, wait until it completes."""
+    dispatcher = getattr(store, "dispatcher", None)
+    commitlog = getattr(store, "commitlog", None)
+    if dispatcher is None or commitlog is None or not hasattr(dispatcher, "dispatched_to"):
+        return
+    deadline = time.monotonic() + timeout_s
+    while dispatcher.dispatched_to < commitlog.end:
+        if time.monotonic() > deadline:
+            raise CheckError("dispatch did not complete")
+        time.sleep(0.0002)
+
+
+def _check_message(wl: Workload, i: int, msg) -> None:
+    expect(msg.topic == TOPIC, f"message {i}: topic {msg.topic!r}")
+    expect(msg.unique_key == wl.unique_key(i), f"message {i}: unique key {msg.unique_key!r}")
+    expect(msg.body == wl.body(i), f"message {i}: body differs")
+
+
+def run_mqlens(params: Params) -> dict[str, Any]:
+    from store.message_store import MessageStore, StoreConfig
+
+    wl = Workload(params.messages, params.seed, params.key_window)
+    mem_start = start_memory()
+    warm = wl.sample_indices(params.warmup, WARMUP_SALT)
+    sample = wl.sample_indices(params.lookups, SAMPLE_SALT)
+    wanted = set(warm) | set(sample)
+    offset_ids: dict[int, str] = {}
+    root = _fresh_dir(params, "mqlens")
+    store = MessageStore.open(root, StoreConfig(flush="async"))
+    try:
+        put_s = 0.0
+        sizes: set[int] = set()
+        total_bytes = 0
+        clock = time.perf_counter
+        wall0 = clock()
+        for fields in wl.batches(params.batch):
+            msgs = [new_message(f) for f in fields]
+            t0 = clock()
+            results = store.put_many(msgs)
+            put_s += clock() - t0
+            expect(len(results) == len(fields), "put_many returned fewer results")
+            for f, r in zip(fields, results, strict=True):
+                total_bytes += r.size
+                sizes.add(r.size)
+                if f.index in wanted:
+                    expect((r.queue_id, r.queue_offset) == (f.queue_id, f.queue_offset),
+                           f"message {f.index} was stored at queue {r.queue_id} offset {r.queue_offset}, "
+                           f"expected queue {f.queue_id} offset {f.queue_offset} (message i of a fresh store "
+                           f"goes to queue i % 4 at offset i // 4); refusing to time a store that misplaces "
+                           f"messages")
+                    offset_ids[f.index] = r.offset_msg_id
+        t0 = clock()
+        _wait_dispatched(store)
+        store.flush()
+        flush_s = clock() - t0
+        wall_s = clock() - wall0
+        append = {
+            "messages": params.messages,
+            "batch": params.batch,
+            "put_s": put_s,
+            "flush_s": flush_s,
+            "seconds": put_s + flush_s,
+            "msgs_per_s": params.messages / (put_s + flush_s),
+            "wall_s_with_generation": wall_s,
+            "bytes": total_bytes,
+            "mb_per_s": total_bytes / (put_s + flush_s) / 1e6,
+            "record_sizes": sorted(sizes),
+        }
+
+        def by_offset_id(i):
+            return store.get_by_offset_id(offset_ids[i])
+
+        def by_unique_key(i):
+            return store.query_by_unique_key(TOPIC, wl.unique_key(i))
+
+        def by_key(g):
+            return store.query_by_key(TOPIC, wl.group_key(g), max_results=KEY_QUERY_MAX)
+
+        def by_queue_offset(i):
+            return store.get_by_queue_offset(TOPIC, i % 4, i // 4)
+
+        def check_one(i, msg):
+            _check_message(wl, i, msg)
+
+        def check_unique(i, res):
+            expect(len(res.messages) == 1, f"unique key of {i}: {len(res.messages)} hits")
+            _check_message(wl, i, res.messages[0])
+
+        def check_key(g, res):
+            got = sorted(wl.group_members(g))
+            found = [m.unique_key for m in res.messages]
+            expect(len(found) == GROUP_SIZE, f"key group {g}: {len(found)} hits")
+            expect(sorted(found) == sorted(wl.unique_key(i) for i in got), f"key group {g}: wrong hits")
+
+        gwarm = wl.sample_groups(params.warmup, GROUP_WARMUP_SALT)
+        gsample = wl.sample_groups(params.lookups, GROUP_SAMPLE_SALT)
+        lookups = {
+            "offset_id": time_lookups(sample, warm, by_offset_id, check_one),
+            "unique_key": time_lookups(sample, warm, by_unique_key, check_unique),
+            "key": time_lookups(gsample, gwarm, by_key, check_key),
+            "queue_offset": time_lookups(sample, warm, by_queue_offset, check_one),
+        }
+    finally:
+        store.close()
+    out = {"system": "mqlens", "append": append, "lookups": lookups, "disk": disk_usage(root)}
+    out.update(_common(wl, mem_start))
+    out["memory"] = memory_facts()
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def run_mqlens_single(params: Params) -> dict[str, Any]:
+    """One `put` per message on the first `single_messages` messages, in a store of its own."""
+    from store.message_store import MessageStore, StoreConfig
+
+    n = min(params.single_messages, params.messages)
+    wl = Workload(params.messages, params.seed, params.key_window)
+    mem_start = start_memory()
+    root = _fresh_dir(params, "mqlens-single")
+    store = MessageStore.open(root, StoreConfig(flush="async"))
+    try:
+        put_s = 0.0
+        clock = time.perf_counter
+        for fields in wl.batches(params.batch, stop=n):
+            msgs = [new_message(f) for f in fields]
+            put = store.put
+            t0 = clock()
+            for m in msgs:
+                put(m)
+            put_s += clock() - t0
+        t0 = clock()
+        _wait_dispatched(store)
+        store.flush()
+        flush_s = clock() - t0
+    finally:
+        store.close()
+    out = {
+        "system": "mqlens-single",
+        "append": {"messages": n, "batch": 1, "put_s": put_s, "flush_s": flush_s, "seconds": put_s + flush_s,
+                   "msgs_per_s": n / (put_s + flush_s)},
+    }
+    out.update(_common(wl, mem_start))
+    out["memory"] = memory_facts()
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+# -- plain buffered file write -------------------------------------------------------------------
+def _header(f: Fields, length: int) -> bytes:
+    """A header of exactly `length` bytes: fixed fields, then the properties text, zero-padded."""
+    fixed = (length + len(f.body)).to_bytes(4, "big") + f.queue_id.to_bytes(4, "big") + \
+        f.queue_offset.to_bytes(8, "big")
+    props = f"TAGS\x01{f.tags}\x02KEYS\x01{f.key} {f.shared_key}\x02UNIQ_KEY\x01{f.unique_key}\x02".encode()
+    head = fixed + props
+    return head[:length] if len(head) >= length else head + bytes(length - len(head))
+
+
+def run_file(params: Params, total_bytes: int) -> dict[str, Any]:
+    """Write the same number of bytes as mqlens's records: per message a header and the body."""
+    wl = Workload(params.messages, params.seed, params.key_window)
+    mem_start = start_memory()
+    root = _fresh_dir(params, "file")
+    extra = total_bytes - params.messages * len(wl.body(0))
+    expect(extra >= 0, "fewer bytes than the bodies alone")
+    base, remainder = divmod(extra, params.messages)
+    path = root / "data.bin"
+    clock = time.perf_counter
+    write_s = 0.0
+    written = 0
+    with open(path, "wb", buffering=8 << 20) as out:
+        write = out.write
+        for fields in wl.batches(params.batch):
+            pairs = [(_header(f, base + (1 if f.index < remainder else 0)), f.body) for f in fields]
+            t0 = clock()
+            for head, body in pairs:
+                write(head)
+                write(body)
+            write_s += clock() - t0
+            written += sum(len(h) + len(b) for h, b in pairs)
+        t0 = clock()
+        out.flush()
+        os.fsync(out.fileno())
+        flush_s = clock() - t0
+    expect(written == total_bytes, f"wrote {written} bytes, wanted {total_bytes}")
+    seconds = write_s + flush_s
+    out_ = {
+        "system": "file",
+        "append": {"messages": params.messages, "write_s": write_s, "flush_s": flush_s, "seconds": seconds,
+                   "msgs_per_s": params.messages / seconds, "bytes": written, "mb_per_s": written / seconds / 1e6},
+        "disk": disk_usage(root),
+    }
+    out_.update(_common(wl, mem_start))
+    out_["memory"] = memory_facts()
+    shutil.rmtree(root, ignore_errors=True)
+    return out_
+
+
+# -- SQLite ---------------------------------------------------------------------------------------
+SQLITE_SCHEMA = (
+    "CREATE TABLE msg (id INTEGER PRIMARY KEY, topic TEXT NOT NULL, queue_id INTEGER NOT NULL, "
+    "queue_offset INTEGER NOT NULL, key1 TEXT, key2 TEXT, uniq_key TEXT, tags TEXT, body BLOB, "
+    "store_ts INTEGER NOT NULL)",
+    "CREATE INDEX msg_key1 ON msg (topic, key1)",
+    "CREATE INDEX msg_key2 ON msg (topic, key2)",
+    "CREATE INDEX msg_uniq ON msg (uniq_key)",
+)
+SQLITE_INSERT = ("INSERT INTO msg (topic, queue_id, queue_offset, key1, key2, uniq_key, tags, body, store_ts) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_COLUMNS = "id, topic, queue_id, queue_offset, key1, key2, uniq_key, tags, body, store_ts"
+SQLITE_BY_ROWID = f"SELECT {_COLUMNS} FROM msg WHERE id = ?"
+SQLITE_BY_UNIQ = f"SELECT {_COLUMNS} FROM msg WHERE uniq_key = ? AND topic = ?"
+# A key may sit in either column. Written as a UNION so that each half searches its own index
+# (SQLite plans `topic = ? AND (key1 = ? OR key2 = ?)` as a scan of the whole topic).
+SQLITE_BY_KEY = (f"SELECT {_COLUMNS} FROM msg WHERE topic = ?1 AND key1 = ?2 UNION ALL "
+                 f"SELECT {_COLUMNS} FROM msg WHERE topic = ?1 AND key2 = ?2 AND key1 IS NOT ?2")
+
+
+def run_sqlite(params: Params) -> dict[str, Any]:
+    wl = Workload(params.messages, params.seed, params.key_window)
+    mem_start = start_memory()
+    root = _fresh_dir(params, "sqlite")
+    conn = sqlite3.connect(root / "bench.db", isolation_level=None)
+    try:
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        expect(mode == "wal", f"journal mode {mode}")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        for stmt in SQLITE_SCHEMA:
+            conn.execute(stmt)
+        clock = time.perf_counter
+        insert_s = 0.0
+        wall0 = clock()
+        for fields in wl.batches(params.batch):
+            now = time.time_ns() // 1_000_000
+            rows = [(TOPIC, f.queue_id, f.queue_offset, f.key, f.shared_key, f.unique_key, f.tags, f.body, now)
+                    for f in fields]
+            t0 = clock()
+            conn.execute("BEGIN")
+            conn.executemany(SQLITE_INSERT, rows)
+            conn.execute("COMMIT")
+            insert_s += clock() - t0
+        t0 = clock()
+        conn.execute("PRAGMA wal_checkpoint(FULL)")
+        flush_s = clock() - t0
+        wall_s = clock() - wall0
+        seconds = insert_s + flush_s
+        append = {"messages": params.messages, "batch": params.batch, "insert_s": insert_s, "flush_s": flush_s,
+                  "seconds": seconds, "msgs_per_s": params.messages / seconds, "wall_s_with_generation": wall_s}
+        plans = {name: " | ".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args))
+                 for name, sql, args in (("rowid", SQLITE_BY_ROWID, (1,)),
+                                         ("unique_key", SQLITE_BY_UNIQ, ("x", TOPIC)),
+                                         ("key", SQLITE_BY_KEY, (TOPIC, "x")))}
+        for name, plan in plans.items():
+            expect("SCAN" not in plan, f"SQLite would scan for the {name} lookup: {plan}")
+
+        def by_rowid(i):
+            return conn.execute(SQLITE_BY_ROWID, (i + 1,)).fetchone()
+
+        def by_unique_key(i):
+            return conn.execute(SQLITE_BY_UNIQ, (wl.unique_key(i), TOPIC)).fetchall()
+
+        def by_key(g):
+            return conn.execute(SQLITE_BY_KEY, (TOPIC, wl.group_key(g))).fetchall()
+
+        def check_row(i, row):
+            expect(row is not None, f"row {i + 1} missing")
+            expect(row[6] == wl.unique_key(i) and row[8] == wl.body(i), f"row {i + 1} differs")
+
+        def check_unique(i, rows):
+            expect(len(rows) == 1, f"unique key of {i}: {len(rows)} rows")
+            check_row(i, rows[0])
+
+        def check_key(g, rows):
+            want = sorted(wl.unique_key(i) for i in wl.group_members(g))
+            expect(sorted(r[6] for r in rows) == want, f"key group {g}: wrong rows")
+
+        warm = wl.sample_indices(params.warmup, WARMUP_SALT)
+        sample = wl.sample_indices(params.lookups, SAMPLE_SALT)
+        gwarm = wl.sample_groups(params.warmup, GROUP_WARMUP_SALT)
+        gsample = wl.sample_groups(params.lookups, GROUP_SAMPLE_SALT)
+        lookups = {
+            "rowid": time_lookups(sample, warm, by_rowid, check_row),
+            "unique_key": time_lookups(sample, warm, by_unique_key, check_unique),
+            "key": time_lookups(gsample, gwarm, by_key, check_key),
+        }
+    finally:
+        conn.close()
+    out = {"system": "sqlite", "sqlite_version": sqlite3.sqlite_version, "append": append, "lookups": lookups,
+           "query_plans": plans, "disk": disk_usage(root)}
+    out.update(_common(wl, mem_start))
+    out["memory"] = memory_facts()
+    shutil.rmtree(root, ignore_errors=True)
+    return out
