@@ -31,7 +31,7 @@ class CommitLog:
         self._segments: list[MappedFile] = []
         self._base = 0  # physical offset of the first segment
         self.end = 0
-        self._dirty: set[int] = set()
+        self._dirty: set[int] = set()  # base offsets of segments written since the last flush
         self._dirty_lock = threading.Lock()
         self._load_segments()
 
@@ -119,15 +119,16 @@ class CommitLog:
         seg.prefault_ahead(pos + len(data))
         seg.write(pos, data)
         with self._dirty_lock:
-            self._dirty.add((phys - self._base) // self.file_size)
+            self._dirty.add(phys - pos)
 
     def flush(self) -> None:
         with self._dirty_lock:
             dirty = sorted(self._dirty)
             self._dirty.clear()
-        for i in dirty:
-            if i < len(self._segments):
-                self._segments[i].flush()
+        for base in dirty:
+            seg = self._segment_for(base)
+            if seg is not None:
+                seg.flush()
 
     # -- reading -----------------------------------------------------------------------------
     def view(self, phys: int) -> tuple[MappedFile, int]:
