@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,26 +146,6 @@ class CommitLog:
             raise CorruptRecordError(str(seg.path), pos, "record runs past the end of the commit log")
         return msg
 
-    def read_bytes(self, phys: int, size: int) -> bytes:
-        seg, pos = self.view(phys)
-        return bytes(seg.buf[pos : pos + size])
-
-    def iterate(self, start: int, end: int | None = None, check_crc: bool = False
-                ) -> Iterator[StoredMessage]:
-        """Messages from `start` (a record boundary) to `end`, BLANK fillers skipped."""
-        stop = self.end if end is None else end
-        phys = max(start, self._base)
-        while phys < stop:
-            seg = self._segment_for(phys)
-            pos = phys % self.file_size
-            size, magic = BLANK.unpack_from(seg.buf, pos)
-            if magic == MAGIC_BLANK:
-                phys += self.file_size - pos
-                continue
-            msg = codec.decode(seg.buf, pos, path=str(seg.path), check_crc=check_crc)
-            yield msg
-            phys += msg.size
-
     # -- recovery ----------------------------------------------------------------------------
     def _record_at(self, phys: int) -> StoredMessage | None:
         """A record that decodes cleanly and sits where it says, or None."""
@@ -182,9 +161,12 @@ class CommitLog:
             return None
         return msg if msg.phys_offset == phys else None
 
-    def recover(self, start: int | None = None) -> RecoveryResult:
+    def recover(self, start: int | None = None, *, count_tail: bool = False) -> RecoveryResult:
         """Find the end of valid data, walking with CRC checks from `start` (default: the start
-        of the third-last segment, as RocketMQ does). Nothing is changed on disk here."""
+        of the third-last segment, as RocketMQ does). Nothing is changed on disk here.
+
+        Bytes left behind the end are counted when the walk stopped at a bad record or when
+        `count_tail` asks (after a crash); a clean tail is zero by construction."""
         if not self._segments:
             self.end = self._base
             return RecoveryResult(self._base, 0, None)
@@ -199,8 +181,8 @@ class CommitLog:
                 break
             pos = phys % self.file_size
             size, magic = BLANK.unpack_from(seg.buf, pos)
-            if magic == MAGIC_BLANK and 0 < size == self.file_size - pos:
-                phys += size
+            if magic == MAGIC_BLANK:  # like RocketMQ, its declared size is not checked
+                phys += self.file_size - pos
                 continue
             if size == 0 and magic == 0:
                 break
@@ -215,7 +197,8 @@ class CommitLog:
                 break
             phys += msg.size
         self.end = phys
-        return RecoveryResult(phys, self._nonzero_bytes_after(phys), reason)
+        leftover = self._nonzero_bytes_after(phys) if reason is not None or count_tail else 0
+        return RecoveryResult(phys, leftover, reason)
 
     def _raise_if_data_follows(self, phys: int, claimed_size: int, reason: str) -> None:
         """A bad record followed by good ones is corruption in the middle: report, never skip."""
@@ -240,14 +223,9 @@ class CommitLog:
         seg = self._segment_for(phys)
         if seg is None:
             return 0
-        pos = phys % self.file_size
-        tail = seg.buf[pos:]
-        stripped = tail.rstrip(b"\x00")
-        count = len(stripped)
         i = (phys - self._base) // self.file_size
-        for later in self._segments[i + 1 :]:
-            count += len(later.buf[:].rstrip(b"\x00"))
-        return count
+        count = seg.nonzero_bytes(phys % self.file_size)
+        return count + sum(later.nonzero_bytes(0) for later in self._segments[i + 1 :])
 
     def truncate_after(self, end: int) -> None:
         """Zero everything after `end` in its segment and delete the segments past it."""
@@ -256,30 +234,15 @@ class CommitLog:
         seg = self._segment_for(end)
         if seg is not None:
             pos = end % self.file_size
-            if pos:
-                tail = seg.buf[pos:]
-                if tail.count(0) != len(tail):
-                    seg.zero_from(pos)
-                    seg.flush()
-                keep = (end - self._base) // self.file_size + 1
-            else:
-                keep = (end - self._base) // self.file_size
+            keep = (end - self._base) // self.file_size + (1 if pos else 0)
+            if pos and seg.nonzero_bytes(pos):
+                seg.zero_from(pos)
+                seg.flush()
             for dropped in self._segments[keep:]:
                 dropped.close()
                 dropped.path.unlink()
             del self._segments[keep:]
         self.end = end
-
-    def delete_segments_before(self, phys: int) -> list[Path]:
-        """Drop whole segments that end at or before `phys` (retention). Never the tail."""
-        removed = []
-        while len(self._segments) > 1 and self._base + self.file_size <= phys:
-            seg = self._segments.pop(0)
-            seg.close()
-            seg.path.unlink()
-            removed.append(seg.path)
-            self._base += self.file_size
-        return removed
 
     def close(self) -> None:
         for seg in self._segments:

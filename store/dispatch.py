@@ -4,8 +4,6 @@ Live writes and crash recovery run this same code; every step is idempotent."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from store import codec, topics
 from store.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK, split_keys
 from store.commitlog import CommitLog
@@ -45,36 +43,34 @@ class Dispatcher:
         self.delay_levels = delay_levels
         self.dispatched_to = commitlog.min_offset
         self.last_store_timestamp = 0
-        self.listeners: list[Callable[[codec.StoredMessage], None]] = []
 
-    def _views(self, start: int, end: int):
-        """DispatchViews of the records in [start, end), BLANK fillers skipped."""
+    def _read_batch(self, start: int, end: int) -> tuple[list[codec.DispatchView], int]:
+        """DispatchViews of the records starting in [start, start + batch size), BLANK fillers
+        skipped, and the offset reached."""
         log = self.commitlog
-        file_size = log.file_size
+        stop = min(end, start + DISPATCH_BATCH_BYTES)
+        views = []
         phys = start
-        while phys < end:
+        while phys < stop:
             seg, pos = log.view(phys)
             size, magic = BLANK.unpack_from(seg.buf, pos)
             if magic == MAGIC_BLANK:
-                phys += file_size - pos
+                phys += log.file_size - pos
                 continue
             view = codec.decode_for_dispatch(seg.buf, pos, path=str(seg.path))
-            yield view
+            views.append(view)
             phys += view.size
+        return views, phys
 
     def dispatch_pending(self) -> int:
         """Dispatch every record between the progress mark and the commit log's end."""
         end = self.commitlog.end
         count = 0
         while self.dispatched_to < end:
-            stop = min(end, self.dispatched_to + DISPATCH_BATCH_BYTES)
-            views = list(self._views(self.dispatched_to, stop))
-            if views:
-                last = views[-1]
-                stop = last.phys_offset + last.size
+            views, reached = self._read_batch(self.dispatched_to, end)
             self._dispatch_batch(views)
             count += len(views)
-            self.dispatched_to = max(stop, self.dispatched_to) if views else end
+            self.dispatched_to = reached
         return count
 
     def _dispatch_batch(self, views: list[codec.DispatchView]) -> None:
@@ -103,11 +99,6 @@ class Dispatcher:
             self.index.put_batch(indexed)
         if views:
             self.last_store_timestamp = views[-1].store_timestamp
-        if self.listeners:
-            for v in views:
-                msg = self.commitlog.read(v.phys_offset, check_crc=False)
-                for listener in self.listeners:
-                    listener(msg)
 
     def _write_run(self, key: tuple[str, int], run: tuple[int, list[tuple[int, int, int]]]) -> None:
         self.queues.get_or_create(*key).put_run(run[0], run[1])

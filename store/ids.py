@@ -72,10 +72,6 @@ def month_start_ms(now_ms: int, utc: bool = False) -> int:
     return (calendar.timegm(start) if utc else int(time.mktime(start))) * 1000
 
 
-def _previous_month_start_ms(month_start: int, utc: bool) -> int:
-    return month_start_ms(month_start - 1, utc)
-
-
 def nearly_time_ms(key: str, now_ms: int, utc: bool = False) -> int:
     """getNearlyTimeFromID: the id's month offset added to this month's start, or last month's
     when that lands at or after `now_ms`."""
@@ -83,7 +79,7 @@ def nearly_time_ms(key: str, now_ms: int, utc: bool = False) -> int:
     this_month = month_start_ms(now_ms, utc)
     candidate = this_month + ms
     if candidate >= now_ms:
-        candidate = _previous_month_start_ms(this_month, utc) + ms
+        candidate = month_start_ms(this_month - 1, utc) + ms  # the previous month
     return candidate
 
 

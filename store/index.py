@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from store.errors import ReadOnlyStoreError, StoreError
+from store.errors import ReadOnlyStoreError
 from store.javahash import index_key_hash, index_key_hashes
 from store.layouts import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT
 from store.mapped_file import MappedFile
@@ -56,33 +56,6 @@ class IndexFile:
     def _write_header(self) -> None:
         self.file.write(0, INDEX_HEADER.pack(self.begin_timestamp, self.end_timestamp, self.begin_phys,
                                              self.end_phys, self.slot_count, self.index_count))
-
-    def put(self, key_hash: int, phys: int, store_timestamp: int) -> bool:
-        """IndexFile.putKey. Returns False when the file is full."""
-        if self.is_full:
-            return False
-        slot_pos = INDEX_HEADER.size + (key_hash % self.slots) * INDEX_SLOT.size
-        (prev,) = INDEX_SLOT.unpack_from(self.file.buf, slot_pos)
-        if prev <= 0 or prev > self.index_count:
-            prev = 0
-        if self.begin_timestamp <= 0:
-            diff = 0
-        else:
-            diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), MAX_TIME_DIFF)
-        number = self.index_count
-        self.file.write(self._entries_at + number * INDEX_ENTRY.size,
-                        INDEX_ENTRY.pack(key_hash, phys, diff, prev))
-        self.file.write(slot_pos, INDEX_SLOT.pack(number))
-        if number <= 1:
-            self.begin_phys = phys
-            self.begin_timestamp = store_timestamp
-        if prev == 0:
-            self.slot_count += 1
-        self.index_count += 1
-        self.end_phys = phys
-        self.end_timestamp = store_timestamp
-        self._write_header()
-        return True
 
     def put_many(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> int:
         """putKey for many keys in order, as one block. Returns how many fit in this file."""
@@ -208,14 +181,7 @@ class IndexService:
 
     def put_keys(self, topic: str, keys: list[str], phys: int, store_timestamp: int) -> None:
         """Index one record under topic#key for each key (IndexService.buildIndex)."""
-        if self.files and phys < self.files[-1].end_phys:
-            return  # already indexed
-        for key in keys:
-            h = index_key_hash(index_key(topic, key))
-            target = self._writable_file()
-            if not target.put(h, phys, store_timestamp):
-                target = self._writable_file()
-                target.put(h, phys, store_timestamp)
+        self.put_batch([(topic, keys, phys, store_timestamp)])
 
     def put_batch(self, records: list[tuple[str, list[str], int, int]]) -> None:
         """Index many records (topic, keys, phys, store time) in commit log order."""
@@ -275,9 +241,3 @@ class IndexService:
             f.close()
         self.files.clear()
 
-
-def check_index_file_size(path: Path, slots: int, entries: int) -> None:
-    expected = INDEX_HEADER.size + slots * INDEX_SLOT.size + entries * INDEX_ENTRY.size
-    actual = path.stat().st_size
-    if actual != expected:
-        raise StoreError(f"index file {path.name} is {actual} bytes; the geometry expects {expected}")

@@ -6,6 +6,8 @@ import mmap
 import os
 from pathlib import Path
 
+import numpy as np
+
 from store.errors import CorruptRecordError
 
 PAGE = mmap.PAGESIZE
@@ -69,6 +71,12 @@ class MappedFile:
         """Record a write made through another view of the mapping (a numpy array)."""
         self._dirty_from = min(self._dirty_from, pos)
         self._dirty_to = max(self._dirty_to, end)
+
+    def nonzero_bytes(self, pos: int) -> int:
+        """How many bytes from `pos` to the end of the file are not zero (no copy is made)."""
+        if pos >= self.size:
+            return 0
+        return int(np.count_nonzero(np.frombuffer(self.buf, dtype=np.uint8, offset=pos)))
 
     def zero_from(self, pos: int, end: int | None = None) -> None:
         end = self.size if end is None else end

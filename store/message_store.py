@@ -141,7 +141,7 @@ class MessageStore:
             raise StoreNotFoundError(f"{self.paths.root} is not a store (no commitlog directory)")
         self.abnormal_shutdown = self.paths.abort.exists()
         self.commitlog = CommitLog(self.paths.commitlog, self.geometry.commitlog_file_size, writable=False)
-        self.recovery = self.commitlog.recover()
+        self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
         self.queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=False)
         self.index = IndexService(self.paths.index, self.geometry.index_slots, self.geometry.index_entries,
                                   self.clock, writable=False)
@@ -157,8 +157,9 @@ class MessageStore:
         self.abnormal_shutdown = self.paths.abort.exists()
         self.paths.abort.touch()
         self.commitlog = CommitLog(self.paths.commitlog, self.geometry.commitlog_file_size, writable=True)
-        self.recovery = self.commitlog.recover()
-        self.commitlog.truncate_after(self.recovery.end)
+        self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
+        if self.recovery.truncated_bytes:
+            self.commitlog.truncate_after(self.recovery.end)
         end = self.commitlog.end
         self.queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=True)
         for cq in self.queues:
@@ -347,30 +348,33 @@ class MessageStore:
     def put_many(self, messages: Iterable[NewMessage]) -> list[PutResult]:
         """Append messages in order; with sync flush they are on disk when this returns.
 
-        Every message is checked before any is written, so a bad one rejects the whole batch."""
+        Every message is checked and sized before any is written, so a bad one rejects the
+        whole batch."""
         if self.read_only:
             raise ReadOnlyStoreError("the store is open read-only")
         with self._lock:
             if self._closed:
                 raise StoreError("the store is closed")
             now = self.clock.now_ms()
-            records = [self._build_record(m, now) for m in messages]
-            results = [self._append(record) for record in records]
+            planned = [self._plan(self._build_record(m, now)) for m in messages]
+            results = [self._append(*plan) for plan in planned]
             self.dispatcher.dispatch_pending()
             if self.config.flush == "sync":
                 self.commitlog.flush()
         return results
 
-    def append_record(self, record: StoredMessage) -> PutResult:
-        """Append a fully built record (broker logic: schedule delivery, send-back, DLQ)."""
-        if self.read_only:
-            raise ReadOnlyStoreError("the store is open read-only")
-        with self._lock:
-            result = self._append(record)
-            self.dispatcher.dispatch_pending()
-            if self.config.flush == "sync":
-                self.commitlog.flush()
-        return result
+    def _plan(self, record: StoredMessage) -> tuple[StoredMessage, bytes, bytes, int]:
+        """The record with its encoded topic and properties and its size, checked to fit."""
+        topic_bytes = self._topic_bytes.get(record.topic) or record.topic.encode("utf-8")
+        props_bytes = record.properties_text().encode("utf-8")
+        if len(props_bytes) > MAX_PROPERTIES_BYTES:
+            raise InvalidMessageError(
+                f"properties take {len(props_bytes)} bytes; the limit is {MAX_PROPERTIES_BYTES}")
+        size = codec.encoded_size(len(record.stored_body), len(topic_bytes), len(props_bytes),
+                                  record.born_host.is_ipv6, record.store_host.is_ipv6)
+        if size > self.commitlog.max_record_size():
+            raise InvalidMessageError(f"a record of {size} bytes does not fit in a commit log segment")
+        return record, topic_bytes, props_bytes, size
 
     def _next_queue_offset(self, topic: str, queue_id: int) -> int:
         """RocketMQ's topic-queue table: the next offset of each queue, ahead of dispatch."""
@@ -382,17 +386,7 @@ class MessageStore:
         self._queue_offsets[key] = offset + 1
         return offset
 
-    def _append(self, record: StoredMessage) -> PutResult:
-        topic_bytes = self._check_topic(record.topic) if record.topic in self._topic_bytes else (
-            record.topic.encode("utf-8"))
-        props_bytes = record.properties_text().encode("utf-8")
-        if len(props_bytes) > MAX_PROPERTIES_BYTES:
-            raise InvalidMessageError(
-                f"properties take {len(props_bytes)} bytes; the limit is {MAX_PROPERTIES_BYTES}")
-        size = codec.encoded_size(len(record.stored_body), len(topic_bytes), len(props_bytes),
-                                  record.born_host.is_ipv6, record.store_host.is_ipv6)
-        if size > self.commitlog.max_record_size():
-            raise InvalidMessageError(f"a record of {size} bytes does not fit in a commit log segment")
+    def _append(self, record: StoredMessage, topic_bytes: bytes, props_bytes: bytes, size: int) -> PutResult:
         phys = self.commitlog.prepare(size)
         record.queue_offset = self._next_queue_offset(record.topic, record.queue_id)
         record.phys_offset = phys
@@ -432,6 +426,14 @@ class MessageStore:
                 )
             unit = cq.get(queue_offset)
             return self.read(unit.phys_offset)
+
+    def queue_offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after `timestamp_ms` (the max offset if none)."""
+        with self._lock:
+            cq = self.queues.get(topic, queue_id)
+            if cq is None:
+                raise MessageNotFoundError(f"topic {topic!r} has no queue {queue_id}")
+            return cq.offset_by_time(timestamp_ms, lambda phys: self.commitlog.read(phys).store_timestamp)
 
     def _query(self, topic: str, key: str, begin: int, end: int, max_results: int, matches) -> QueryResult:
         if not 0 < max_results <= MAX_QUERY_RESULTS:

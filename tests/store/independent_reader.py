@@ -315,6 +315,24 @@ def _list_numeric_files(directory: Path, what: str) -> list[str]:
     return names
 
 
+def _fixed_size_files(directory: Path, file_size: int, what: str) -> list[tuple[str, int, bytes]]:
+    """(name, start offset, bytes) of each file, checking that the names are consecutive
+    multiples of the file size and that every file is exactly that size (spec 2, 16)."""
+    names = _list_numeric_files(directory, what)
+    files = []
+    for index, name in enumerate(names):
+        start = int(name)
+        if start % file_size:
+            _fail(f"{what} {directory / name}: name is not a multiple of the file size {file_size}")
+        if index and start != int(names[index - 1]) + file_size:
+            _fail(f"{what} {directory / name}: does not follow {names[index - 1]} (missing file)")
+        data = (directory / name).read_bytes()
+        if len(data) != file_size:
+            _fail(f"{what} {directory / name}: {len(data)} bytes, expected exactly {file_size}")
+        files.append((name, start, data))
+    return files
+
+
 def read_commitlog(store_root: str | os.PathLike, file_size: int) -> dict:
     """Walk every commit log segment; returns {"files", "records", "blanks", "end_offset"}.
 
@@ -325,22 +343,14 @@ def read_commitlog(store_root: str | os.PathLike, file_size: int) -> dict:
     have fitted, and only zeros follow a BLANK header or the last record.
     """
     directory = Path(store_root) / "commitlog"
-    names = _list_numeric_files(directory, "commitlog")
+    files = _fixed_size_files(directory, file_size, "commitlog")
+    names = [name for name, _, _ in files]
     records: list[dict] = []
     blanks: list[dict] = []
     empty_files: list[str] = []
     end_offset = None
     pending_blank: dict | None = None
-    for index, name in enumerate(names):
-        start = int(name)
-        path = directory / name
-        if start % file_size:
-            _fail(f"commitlog {name}: name is not a multiple of the file size {file_size}")
-        if index and start != int(names[index - 1]) + file_size:
-            _fail(f"commitlog {name}: does not follow {names[index - 1]} (missing segment)")
-        data = path.read_bytes()
-        if len(data) != file_size:
-            _fail(f"commitlog {name}: {len(data)} bytes, expected exactly {file_size}")
+    for name, start, data in files:
         if end_offset is not None:
             # data ended in an earlier file: this one must be an unused pre-allocated segment
             if not _all_zero(data):
@@ -420,21 +430,14 @@ def read_consume_queue(queue_dir: str | os.PathLike, file_size: int) -> dict:
     queue_dir = Path(queue_dir)
     if file_size % CQ_UNIT_SIZE:
         _fail(f"consume queue file size {file_size} is not a multiple of {CQ_UNIT_SIZE}")
-    names = _list_numeric_files(queue_dir, "consumequeue")
+    files = _fixed_size_files(queue_dir, file_size, "consumequeue")
+    names = [name for name, _, _ in files]
     units: list[dict] = []
     ended_at = None
     pre_blank = 0
-    first_unit = int(names[0]) // CQ_UNIT_SIZE if names else 0
-    for index, name in enumerate(names):
-        start = int(name)
+    first_unit = files[0][1] // CQ_UNIT_SIZE if files else 0
+    for name, start, data in files:
         path = queue_dir / name
-        if start % file_size:
-            _fail(f"{path}: name is not a multiple of the file size {file_size}")
-        if index and start != int(names[index - 1]) + file_size:
-            _fail(f"{path}: does not follow {names[index - 1]} (missing file)")
-        data = path.read_bytes()
-        if len(data) != file_size:
-            _fail(f"{path}: {len(data)} bytes, expected exactly {file_size}")
         for pos in range(0, file_size, CQ_UNIT_SIZE):
             queue_offset = (start + pos) // CQ_UNIT_SIZE
             phys, size, code = struct.unpack_from(">qiq", data, pos)

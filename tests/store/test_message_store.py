@@ -141,3 +141,47 @@ def test_ipv6_born_host(store):
     msg = store.get_by_offset_id(result.offset_msg_id)
     assert str(msg.born_host) == "[fd00:0:0:0:0:0:1:2]:40001"
     assert msg.sys_flag & 0x10
+
+
+def test_a_bad_message_rejects_the_whole_batch(store):
+    good = sample_message(1)
+    too_big = NewMessage(topic="TopicA", body=b"x", properties={"big": "v" * 40_000})
+    with pytest.raises(InvalidMessageError):
+        store.put_many([good, too_big])
+    assert store.commitlog.end == 0
+    assert store.put(good).queue_offset == 0
+
+
+def test_put_many_numbers_each_queue_consecutively(store):
+    results = store.put_many([sample_message(i) for i in range(40)])
+    for queue_id in range(4):
+        offsets = [r.queue_offset for r in results if r.queue_id == queue_id]
+        assert offsets == list(range(10))
+    assert store.check().ok
+
+
+def test_dispatch_continues_past_a_window_holding_only_a_filler(store, monkeypatch):
+    """Dispatch reads in windows; a window that holds just a BLANK filler must move on to the
+    next segment, not jump to the end."""
+    monkeypatch.setattr("store.dispatch.DISPATCH_BATCH_BYTES", 1)
+    results = store.put_many([sample_message(i, body_size=3000) for i in range(30)])
+    assert store.commitlog.segment_count >= 3
+    for r in results:
+        assert store.get_by_queue_offset(r.topic, r.queue_id, r.queue_offset).phys_offset == r.phys_offset
+    report = store.check()
+    assert report.ok, report.problems
+
+
+def test_queue_offset_by_store_time(tmp_path):
+    clock = FakeClock(1_700_000_000_000)
+    with MessageStore.open(tmp_path, small_config(), clock=clock) as s:
+        times = []
+        for i in range(8):
+            times.append(clock.advance(1000))
+            s.put(NewMessage(topic="TopicA", body=b"t%d" % i, queue_id=0))
+        assert s.queue_offset_by_time("TopicA", 0, times[0] - 5000) == 0
+        assert s.queue_offset_by_time("TopicA", 0, times[3]) == 3
+        assert s.queue_offset_by_time("TopicA", 0, times[3] + 1) == 4
+        assert s.queue_offset_by_time("TopicA", 0, times[-1] + 1) == 8
+        with pytest.raises(MessageNotFoundError):
+            s.queue_offset_by_time("TopicA", 3, times[0])
