@@ -157,6 +157,14 @@ def render(results: dict[str, Any]) -> str:
                               ("file", "file"), ("SQLite", "sqlite"))) + " (ratios above are of the medians).")
     add(f"Records are {', '.join(str(s) for s in mq['append']['record_sizes'])} bytes each "
         f"({mq['append']['bytes'] / 1e6:,.0f} MB in all); the file baseline writes exactly as many bytes.")
+    warmups = [(name, results["systems"][key].get("warmup_write_mb_per_s"))
+               for name, key in (("mqlens", "mqlens"), ("file", "file"), ("SQLite", "sqlite"),
+                                 ("mqlens single puts", "mqlens-single"))]
+    if all(rate is not None for _, rate in warmups):
+        add("Before each system the harness writes and deletes a scratch file of about 1.6 KB per message "
+            "(`bench/memory_warmup.py`), so that no system pays alone for memory the virtual machine touches "
+            "for the first time. Those writes ran at " + ", ".join(f"{rate:,.0f} MB/s before {name}"
+                                                                    for name, rate in warmups) + ".")
     add("")
     add(f"### Lookups (in-process, µs, {p['lookups']:,} timed lookups per method after {p['warmup']:,} warm-up)")
     add("")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report, systems
+from bench.memory_warmup import warm_page_cache
 from bench.workload import DEFAULT_KEY_WINDOW, DEFAULT_SEED, GROUP_SIZE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,23 +116,38 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+WARMUP_BYTES_PER_MESSAGE = 1600  # about a record plus its consume queue unit and index entries
+
+
 def run_round(params: systems.Params, n: int, rounds: int) -> dict[str, dict[str, Any]]:
     tag = f"round {n}/{rounds}: " if rounds > 1 else ""
     out: dict[str, dict[str, Any]] = {}
+
+    def warm(messages: int) -> float:
+        return warm_page_cache(Path(params.workdir), messages * WARMUP_BYTES_PER_MESSAGE)
+
+    warmups = {}
+    warmups["mqlens"] = warm(params.messages)
     log(f"{tag}mqlens: put_many {params.messages:,} messages, then lookups ...")
     out["mqlens"] = r = in_fresh_process(systems.run_mqlens, params)
     log(f"  {r['append']['msgs_per_s']:,.0f} msg/s; p99 " +
         ", ".join(f"{k} {v['p99_us']:.1f} µs" for k, v in r["lookups"].items()))
+    warmups["file"] = warm(params.messages)
     log(f"{tag}file: writing the same {r['append']['bytes']:,} bytes ...")
     out["file"] = r = in_fresh_process(systems.run_file, params, r["append"]["bytes"])
     log(f"  {r['append']['msgs_per_s']:,.0f} msg/s, {r['append']['mb_per_s']:,.0f} MB/s")
+    warmups["sqlite"] = warm(params.messages)
     log(f"{tag}sqlite: inserting {params.messages:,} rows, then lookups ...")
     out["sqlite"] = r = in_fresh_process(systems.run_sqlite, params)
     log(f"  {r['append']['msgs_per_s']:,.0f} rows/s; p99 " +
         ", ".join(f"{k} {v['p99_us']:.1f} µs" for k, v in r["lookups"].items()))
-    log(f"{tag}mqlens: put one by one, {min(params.single_messages, params.messages):,} messages ...")
+    single = min(params.single_messages, params.messages)
+    warmups["mqlens-single"] = warm(single)
+    log(f"{tag}mqlens: put one by one, {single:,} messages ...")
     out["mqlens-single"] = r = in_fresh_process(systems.run_mqlens_single, params)
     log(f"  {r['append']['msgs_per_s']:,.0f} msg/s")
+    for name, rate in warmups.items():
+        out[name]["warmup_write_mb_per_s"] = rate
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -194,6 +195,8 @@ def decode_for_dispatch(buf, pos: int, *, path: str = "<buffer>") -> DispatchVie
     """A lean decode for dispatch; validates the same lengths as `decode`, skips the CRC."""
     try:
         total, magic, queue_id, queue_offset, phys, sys_flag = DISPATCH_HEAD.unpack_from(buf, pos)
+        if total <= 0 or pos + total > len(buf):
+            raise CorruptRecordError(path, pos, f"total size {total} does not fit in the file")
         cursor = pos + RECORD_HEAD.size + (HOST_V6.size if sys_flag & BORNHOST_V6_FLAG else HOST_V4.size)
         (store_ts,) = STORE_TIMESTAMP.unpack_from(buf, cursor)
         cursor += STORE_TIMESTAMP.size + (HOST_V6.size if sys_flag & STOREHOST_V6_FLAG else HOST_V4.size)
@@ -218,7 +221,7 @@ def decode_for_dispatch(buf, pos: int, *, path: str = "<buffer>") -> DispatchVie
         props = parse_properties(buf[cursor : cursor + props_len].decode("utf-8"))
     except CorruptRecordError:
         raise
-    except (ValueError, IndexError) as exc:
+    except (ValueError, IndexError, struct.error) as exc:
         raise CorruptRecordError(path, pos, f"undecodable field: {exc}") from None
     return DispatchView(total, queue_id, queue_offset, phys, sys_flag, store_ts, topic, props)
 
@@ -266,7 +269,7 @@ def decode(buf, pos: int, *, path: str = "<buffer>", check_crc: bool = True,
         props_text = bytes(buf[cursor:end]).decode("utf-8")
     except CorruptRecordError:
         raise
-    except (ValueError, IndexError) as exc:  # struct.error is a ValueError; bad UTF-8 too
+    except (ValueError, IndexError, struct.error) as exc:  # bad UTF-8 is a ValueError
         raise CorruptRecordError(path, pos, f"undecodable field: {exc}") from None
     if check_crc and body_crc(stored_body) != crc:
         raise CorruptRecordError(path, pos, "body CRC mismatch")

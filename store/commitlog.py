@@ -7,12 +7,18 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from store import codec
 from store.codec import StoredMessage
 from store.errors import CorruptRecordError, ReadOnlyStoreError, StoreError
+from store.hosts import HostAddress
 from store.layouts import BLANK, BLANK_MIN_LENGTH, MAGIC_BLANK
 from store.mapped_file import MappedFile
 from store.paths import is_offset_name, offset_to_name
+from store.recordio import encode_run, record_layout
+
+ENCODE_BUFFER_BYTES = 4 * 1024 * 1024  # records are encoded here, then written with one pwrite
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,7 @@ class CommitLog:
         self.end = 0
         self._dirty: set[int] = set()  # base offsets of segments written since the last flush
         self._dirty_lock = threading.Lock()
+        self._scratch = bytearray()
         self._load_segments()
 
     # -- files --------------------------------------------------------------------------------
@@ -87,35 +94,47 @@ class CommitLog:
     def max_record_size(self) -> int:
         return self.file_size - BLANK_MIN_LENGTH
 
-    def prepare(self, size: int) -> int:
-        """Make room for a record of `size` bytes at the tail and return its physical offset.
+    def append_records(self, items: list[tuple], queue_offsets: np.ndarray, store_timestamp: int,
+                       store_host: HostAddress) -> np.ndarray:
+        """Encode record items (see store.recordio) at the tail and return their physical offsets.
 
-        When the record plus a BLANK would not fit in the current segment, the BLANK filler is
-        written and the tail moves to the start of the next segment."""
-        if size > self.max_record_size():
-            raise StoreError(f"record of {size} bytes does not fit in a {self.file_size}-byte segment")
-        pos = self.end % self.file_size
-        if self._segment_for(self.end) is not None and pos and size + BLANK_MIN_LENGTH > self.file_size - pos:
-            remaining = self.file_size - pos
-            self._write(self.end, codec.encode_blank(remaining))
-            self.end += remaining
-        if self._segment_for(self.end) is None:
-            self._new_segment(self.end)
-        return self.end
-
-    def append(self, data: bytes) -> int:
-        """Write bytes prepared with `prepare` at the tail; returns their physical offset."""
-        phys = self.end
-        self._write(phys, data)
-        self.end += len(data)
+        Whenever the next record plus a BLANK would not fit in the current segment, the BLANK
+        filler is written and the tail moves to the start of the next segment. Callers check that
+        every record fits in an empty segment."""
+        n = len(items)
+        phys = np.empty(n, dtype=np.int64)
+        layout = record_layout()
+        done = 0
+        while done < n:
+            seg = self._segment_for(self.end) or self._new_segment(self.end)
+            pos = self.end % self.file_size
+            out = self._encode_buffer(items[done][0])
+            count, written = encode_run(out, pos, self.file_size, layout, items, done, queue_offsets, phys,
+                                        self.end - pos, store_timestamp, store_host.address, store_host.port)
+            if written:
+                seg.write_through(pos, memoryview(out)[:written])
+                with self._dirty_lock:
+                    self._dirty.add(self.end - pos)
+            self.end += written
+            done += count
+            if count == 0:  # the next record needs the next segment
+                if pos == 0:
+                    raise StoreError(f"record of {items[done][0]} bytes does not fit in a {self.file_size}-byte "
+                                     f"segment")
+                self._write(self.end, codec.encode_blank(self.file_size - pos))
+                self.end += self.file_size - pos
         return phys
+
+    def _encode_buffer(self, at_least: int) -> bytearray:
+        if len(self._scratch) < at_least:
+            self._scratch = bytearray(max(at_least, ENCODE_BUFFER_BYTES))
+        return self._scratch
 
     def _write(self, phys: int, data: bytes) -> None:
         seg = self._segment_for(phys)
         if seg is None:
             raise StoreError(f"no segment holds offset {phys}")
         pos = phys % self.file_size
-        seg.prefault_ahead(pos + len(data))
         seg.write(pos, data)
         with self._dirty_lock:
             self._dirty.add(phys - pos)

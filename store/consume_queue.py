@@ -129,24 +129,32 @@ class ConsumeQueue:
         self.max_offset = queue_offset + 1
         return True
 
-    def put_run(self, first_offset: int, units: list[tuple[int, int, int]]) -> None:
-        """Units (phys, size, tagsCode) for consecutive queue offsets from `first_offset`."""
-        if first_offset != self.max_offset or not self._files:
-            for i, (phys, size, tags) in enumerate(units):
-                self.put(first_offset + i, phys, size, tags)
+    def put_units(self, offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
+        """Units for the given queue offsets, in increasing order; offsets already written are
+        left alone, so replaying a batch changes nothing."""
+        fresh = offsets >= self.max_offset
+        if not fresh.all():
+            offsets, phys, sizes, tags = offsets[fresh], phys[fresh], sizes[fresh], tags[fresh]
+        if not len(offsets):
             return
-        block = np.array(units, dtype=np.int64)
-        packed = np.empty(len(units), dtype=UNIT_DTYPE)
-        packed["phys"], packed["size"], packed["tags"] = block[:, 0], block[:, 1], block[:, 2]
+        first = int(offsets[0])
+        contiguous = int(offsets[-1]) - first == len(offsets) - 1 and bool((np.diff(offsets) == 1).all())
+        if first != self.max_offset or not self._files or not contiguous:
+            for offset, p, size, code in zip(offsets.tolist(), phys.tolist(), sizes.tolist(), tags.tolist(),
+                                             strict=True):
+                self.put(offset, p, size, code)
+            return
+        packed = np.empty(len(offsets), dtype=UNIT_DTYPE)
+        packed["phys"], packed["size"], packed["tags"] = phys, sizes, tags
         data = packed.tobytes()
-        offset, pos_in_data = first_offset, 0
+        offset, pos_in_data = first, 0
         while pos_in_data < len(data):
             f, pos = self._file_for(offset, create=True)
             n = min(len(data) - pos_in_data, self.file_size - pos)
             f.write(pos, data[pos_in_data : pos_in_data + n])
             pos_in_data += n
             offset += n // UNIT
-        self.max_offset = first_offset + len(units)
+        self.max_offset = first + len(offsets)
 
     def last_unit(self) -> QueueUnit | None:
         return self.get(self.max_offset - 1) if self.max_offset > self.min_offset else None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -27,6 +29,11 @@ class DelayLevels:
         """ConsumeQueue tagsCode of a scheduled message (an unknown level waits one second)."""
         delay = self.delay_ms(self.clamp(level))
         return store_timestamp + (delay if delay is not None else 1000)
+
+    def deliver_times(self, levels: np.ndarray, store_timestamps: np.ndarray) -> np.ndarray:
+        """deliver_time of many positive levels at once."""
+        table = np.asarray(self.delays_ms, dtype=np.int64)
+        return store_timestamps + table[np.minimum(levels, self.max_level) - 1]
 
 
 def parse_delay_levels(spec: str) -> list[int]:

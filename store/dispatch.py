@@ -1,27 +1,52 @@
 """Dispatch: project commit log records (bytes already on disk) into consume queues and index.
 
-Live writes and crash recovery run this same code; every step is idempotent."""
+Live writes and crash recovery run this same code; every step is idempotent. Records are
+scanned in batches by the compiled scanner; a record it declines (non-ASCII topic or
+properties, or a malformed one) goes through the Python decoder, which raises on corruption."""
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
 
 from store import codec, topics
 from store.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK, split_keys
 from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueues
 from store.delay_levels import DelayLevels
-from store.index import IndexService
-from store.javahash import tags_code
-from store.layouts import BLANK, MAGIC_BLANK
+from store.index import IndexService, index_key
+from store.javahash import index_key_hash, tags_code
+from store.layouts import BLANK
+from store.recordio import (
+    NO_DELAY_LEVEL,
+    SCAN_BLANK,
+    SCAN_SLOW,
+    SCANNED_KEY,
+    SCANNED_RECORD,
+    record_layout,
+    scan_records,
+)
 
-DISPATCH_BATCH_BYTES = 4 * 1024 * 1024
+DISPATCH_BATCH_RECORDS = 16_384
+_DELAY_LEVEL_TEXT = re.compile(r"[+-]?[0-9]{1,9}")  # Integer.parseInt, kept to int range
+
+
+def delay_level_of(msg) -> int | None:
+    """The DELAY property as RocketMQ parses it, None when absent or not a number."""
+    level = msg.properties.get(topics.DELAY)
+    if level is None or not _DELAY_LEVEL_TEXT.fullmatch(level):
+        return None
+    return int(level)
 
 
 def tags_code_of(msg, delay_levels: DelayLevels) -> int:
     """tagsCode of a record (StoredMessage or DispatchView): deliver time for scheduled ones."""
     if msg.topic == topics.SCHEDULE_TOPIC:
-        level = msg.properties.get(topics.DELAY)
-        if level is not None and level.lstrip("-").isdigit() and int(level) > 0:
-            return delay_levels.deliver_time(int(level), msg.store_timestamp)
+        level = delay_level_of(msg)
+        if level is not None and level > 0:
+            return delay_levels.deliver_time(level, msg.store_timestamp)
     return tags_code(msg.properties.get(topics.TAGS))
 
 
@@ -34,6 +59,64 @@ def index_keys_of(msg) -> list[str]:
     return keys
 
 
+@dataclass
+class ScannedBatch:
+    """Records scanned from the commit log: fields, index keys and the topic table they share."""
+
+    records: np.ndarray  # SCANNED_RECORD
+    keys: np.ndarray  # SCANNED_KEY, `record` numbering rows of `records`
+    topic_ids: dict[bytes, int]
+    topic_names: list[bytes]
+
+    def topic(self, topic_id: int) -> str:
+        return self.topic_names[topic_id].decode("utf-8")
+
+
+class BatchScanner:
+    """Collects scanned records, by the compiled scanner or one at a time from the Python decoder."""
+
+    def __init__(self):
+        self.topic_ids: dict[bytes, int] = {}
+        self.topic_names: list[bytes] = []
+        self._records: list[np.ndarray] = []
+        self._keys: list[np.ndarray] = []
+        self.count = 0
+
+    def scan(self, buf, pos: int, limit: int, max_records: int) -> tuple[int, int]:
+        status, reached, records, keys = scan_records(buf, pos, limit, record_layout(), max_records,
+                                                      self.topic_ids, self.topic_names)
+        found = np.frombuffer(records, dtype=SCANNED_RECORD)
+        if len(found):
+            keyed = np.frombuffer(keys, dtype=SCANNED_KEY).copy()
+            keyed["record"] += self.count
+            self._records.append(found)
+            self._keys.append(keyed)
+            self.count += len(found)
+        return status, reached
+
+    def add_decoded(self, view: codec.DispatchView) -> None:
+        """One record read by the Python decoder: the reference for what the scanner computes."""
+        topic = view.topic.encode("utf-8")
+        topic_id = self.topic_ids.get(topic)
+        if topic_id is None:
+            topic_id = self.topic_ids[topic] = len(self.topic_names)
+            self.topic_names.append(topic)
+        level = delay_level_of(view)
+        record = np.array([(view.phys_offset, view.queue_offset, view.store_timestamp, view.size, view.queue_id,
+                            view.sys_flag, topic_id, tags_code(view.properties.get(topics.TAGS)),
+                            NO_DELAY_LEVEL if level is None else level)], dtype=SCANNED_RECORD)
+        hashes = [index_key_hash(index_key(view.topic, k)) for k in index_keys_of(view)]
+        keyed = np.array([(self.count, h) for h in hashes], dtype=SCANNED_KEY)
+        self._records.append(record)
+        self._keys.append(keyed)
+        self.count += 1
+
+    def batch(self) -> ScannedBatch:
+        records = np.concatenate(self._records) if self._records else np.zeros(0, dtype=SCANNED_RECORD)
+        keys = np.concatenate(self._keys) if self._keys else np.zeros(0, dtype=SCANNED_KEY)
+        return ScannedBatch(records, keys, self.topic_ids, self.topic_names)
+
+
 class Dispatcher:
     def __init__(self, commitlog: CommitLog, queues: ConsumeQueues, index: IndexService,
                  delay_levels: DelayLevels):
@@ -44,61 +127,79 @@ class Dispatcher:
         self.dispatched_to = commitlog.min_offset
         self.last_store_timestamp = 0
 
-    def _read_batch(self, start: int, end: int) -> tuple[list[codec.DispatchView], int]:
-        """DispatchViews of the records starting in [start, start + batch size), BLANK fillers
-        skipped, and the offset reached."""
+    def scan(self, start: int, end: int, max_records: int = DISPATCH_BATCH_RECORDS) -> tuple[ScannedBatch, int]:
+        """Up to `max_records` records from `start`, BLANK fillers skipped, and the offset reached."""
         log = self.commitlog
-        stop = min(end, start + DISPATCH_BATCH_BYTES)
-        views = []
+        scanner = BatchScanner()
         phys = start
-        while phys < stop:
+        while phys < end and scanner.count < max_records:
             seg, pos = log.view(phys)
-            size, magic = BLANK.unpack_from(seg.buf, pos)
-            if magic == MAGIC_BLANK:
-                phys += log.file_size - pos
-                continue
-            view = codec.decode_for_dispatch(seg.buf, pos, path=str(seg.path))
-            views.append(view)
-            phys += view.size
-        return views, phys
+            base = phys - pos
+            limit = min(log.file_size, end - base)
+            status, reached = scanner.scan(seg.buf, pos, limit, max_records - scanner.count)
+            phys = base + reached
+            if status == SCAN_BLANK or (reached < limit and limit - reached < BLANK.size):
+                phys = base + log.file_size
+            elif status == SCAN_SLOW:
+                view = codec.decode_for_dispatch(seg.buf, reached, path=str(seg.path))
+                scanner.add_decoded(view)
+                phys += view.size
+        return scanner.batch(), phys
 
     def dispatch_pending(self) -> int:
         """Dispatch every record between the progress mark and the commit log's end."""
         end = self.commitlog.end
         count = 0
         while self.dispatched_to < end:
-            views, reached = self._read_batch(self.dispatched_to, end)
-            self._dispatch_batch(views)
-            count += len(views)
+            batch, reached = self.scan(self.dispatched_to, end)
+            self.dispatch(batch)
+            count += len(batch.records)
             self.dispatched_to = reached
         return count
 
-    def _dispatch_batch(self, views: list[codec.DispatchView]) -> None:
-        runs: dict[tuple[str, int], tuple[int, list[tuple[int, int, int]]]] = {}
-        indexed: list[tuple[str, list[str], int, int]] = []
-        delay_levels = self.delay_levels
-        for v in views:
-            ttype = v.sys_flag & TRANSACTION_TYPE_MASK
-            if ttype != TRANSACTION_PREPARED and ttype != TRANSACTION_ROLLBACK:
-                unit = (v.phys_offset, v.size, tags_code_of(v, delay_levels))
-                key = (v.topic, v.queue_id)
-                run = runs.get(key)
-                if run is not None and run[0] + len(run[1]) == v.queue_offset:
-                    run[1].append(unit)
-                else:
-                    if run is not None:
-                        self._write_run(key, run)
-                    runs[key] = (v.queue_offset, [unit])
-            if ttype != TRANSACTION_ROLLBACK:
-                keys = index_keys_of(v)
-                if keys:
-                    indexed.append((v.topic, keys, v.phys_offset, v.store_timestamp))
-        for key, run in runs.items():
-            self._write_run(key, run)
-        if indexed:
-            self.index.put_batch(indexed)
-        if views:
-            self.last_store_timestamp = views[-1].store_timestamp
+    def dispatch(self, batch: ScannedBatch) -> None:
+        records = batch.records
+        if not len(records):
+            return
+        ttype = records["sys_flag"] & TRANSACTION_TYPE_MASK
+        in_queue = (ttype != TRANSACTION_PREPARED) & (ttype != TRANSACTION_ROLLBACK)
+        self._write_queues(batch, np.flatnonzero(in_queue))
+        keys = batch.keys
+        if len(keys):
+            rows = keys["record"]
+            phys = records["phys"][rows]
+            indexed = ttype[rows] != TRANSACTION_ROLLBACK
+            self.index.put_hashes(keys["hash"][indexed].astype(np.int64), phys[indexed],
+                                  records["store_ts"][rows][indexed])
+        self.last_store_timestamp = int(records["store_ts"][-1])
 
-    def _write_run(self, key: tuple[str, int], run: tuple[int, list[tuple[int, int, int]]]) -> None:
-        self.queues.get_or_create(*key).put_run(run[0], run[1])
+    def _tags_codes(self, batch: ScannedBatch, rows: np.ndarray) -> np.ndarray:
+        records = batch.records
+        codes = records["tags_hash"][rows].astype(np.int64)
+        schedule_id = batch.topic_ids.get(topics.SCHEDULE_TOPIC.encode())
+        if schedule_id is not None:
+            levels = records["delay_level"][rows]
+            scheduled = (records["topic_id"][rows] == schedule_id) & (levels > 0)
+            if scheduled.any():
+                codes[scheduled] = self.delay_levels.deliver_times(levels[scheduled],
+                                                                   records["store_ts"][rows][scheduled])
+        return codes
+
+    def _write_queues(self, batch: ScannedBatch, rows: np.ndarray) -> None:
+        if not len(rows):
+            return
+        records = batch.records
+        queue_of = (records["topic_id"][rows].astype(np.int64) << 32) | (
+            records["queue_id"][rows].astype(np.int64) & 0xFFFFFFFF)
+        order = np.argsort(queue_of, kind="stable")
+        rows = rows[order]
+        queue_of = queue_of[order]
+        codes = self._tags_codes(batch, rows)
+        starts = np.flatnonzero(np.r_[True, queue_of[1:] != queue_of[:-1]])
+        ends = np.r_[starts[1:], len(rows)]
+        for first, stop in zip(starts.tolist(), ends.tolist(), strict=True):
+            group = rows[first:stop]
+            cq = self.queues.get_or_create(batch.topic(int(records["topic_id"][group[0]])),
+                                           int(records["queue_id"][group[0]]))
+            cq.put_units(records["queue_offset"][group], records["phys"][group], records["size"][group],
+                         codes[first:stop])

@@ -185,25 +185,26 @@ class IndexService:
 
     def put_batch(self, records: list[tuple[str, list[str], int, int]]) -> None:
         """Index many records (topic, keys, phys, store time) in commit log order."""
-        end_phys = self.files[-1].end_phys if self.files else 0
         flat_keys: list[str] = []
         phys_list: list[int] = []
         time_list: list[int] = []
         for topic, keys, phys, store_timestamp in records:
-            if phys < end_phys:
-                continue  # already indexed
             for key in keys:
-                flat_keys.append(f"{topic}#{key}")
+                flat_keys.append(index_key(topic, key))
                 phys_list.append(phys)
                 time_list.append(store_timestamp)
-        if not flat_keys:
-            return
-        hashes = index_key_hashes(flat_keys)
-        phys_arr = np.array(phys_list, dtype=np.int64)
-        time_arr = np.array(time_list, dtype=np.int64)
+        self.put_hashes(index_key_hashes(flat_keys), np.array(phys_list, dtype=np.int64),
+                        np.array(time_list, dtype=np.int64))
+
+    def put_hashes(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> None:
+        """Index keys given by their hash, in commit log order; keys of records the index
+        already covers are skipped, so replaying a batch changes nothing."""
+        fresh = phys >= self.end_phys
+        if not fresh.all():
+            hashes, phys, times = hashes[fresh], phys[fresh], times[fresh]
         done = 0
-        while done < len(flat_keys):
-            done += self._writable_file().put_many(hashes[done:], phys_arr[done:], time_arr[done:])
+        while done < len(hashes):
+            done += self._writable_file().put_many(hashes[done:], phys[done:], times[done:])
 
     def query(self, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1) -> Iterator[int]:
         """Candidate physical offsets for topic#key, newest first. Only the hash is compared:

@@ -9,28 +9,30 @@ MAGIC_V2 = -626843477  # 0xDAA320AB, 2-byte topic length (RocketMQ 5.1+)
 MAGIC_BLANK = -875286124  # 0xCBD43194, end-of-file filler
 BLANK_MIN_LENGTH = 8  # a record must leave room for a BLANK behind it
 
-# Commit log record head, up to and including SYSFLAG and BORNTIMESTAMP.
-RECORD_HEAD = struct.Struct(
-    ">i"  # TOTALSIZE: whole record length
-    "i"  # MAGICCODE
-    "i"  # BODYCRC: crc32 of the stored body & 0x7FFFFFFF
-    "i"  # QUEUEID
-    "i"  # FLAG: producer flag, opaque
-    "q"  # QUEUEOFFSET: unit index in the consume queue
-    "q"  # PHYSICALOFFSET: commit log offset of this record
-    "i"  # SYSFLAG
-    "q"  # BORNTIMESTAMP (ms)
+# Commit log record head, up to and including SYSFLAG and BORNTIMESTAMP, by field name.
+RECORD_HEAD_FIELDS = (
+    ("total_size", "i"),  # TOTALSIZE: whole record length
+    ("magic", "i"),  # MAGICCODE
+    ("body_crc", "i"),  # BODYCRC: crc32 of the stored body & 0x7FFFFFFF
+    ("queue_id", "i"),  # QUEUEID
+    ("flag", "i"),  # FLAG: producer flag, opaque
+    ("queue_offset", "q"),  # QUEUEOFFSET: unit index in the consume queue
+    ("phys_offset", "q"),  # PHYSICALOFFSET: commit log offset of this record
+    ("sys_flag", "i"),  # SYSFLAG
+    ("born_timestamp", "q"),  # BORNTIMESTAMP (ms)
 )
+RECORD_HEAD = struct.Struct(">" + "".join(code for _, code in RECORD_HEAD_FIELDS))
 # The head fields dispatch needs: TOTALSIZE .. SYSFLAG (see RECORD_HEAD).
 DISPATCH_HEAD = struct.Struct(">ii4xi4xqqi")  # total, magic, (crc), queue id, (flag), queue offset, phys, sysflag
 BORN_TIMESTAMP_LEN = 8
 # After the born host: STORETIMESTAMP. After the store host: the tail below.
 STORE_TIMESTAMP = struct.Struct(">q")
-RECORD_TAIL = struct.Struct(
-    ">i"  # RECONSUMETIMES
-    "q"  # PREPARED TRANSACTION OFFSET
-    "i"  # BODY LENGTH
+RECORD_TAIL_FIELDS = (
+    ("reconsume_times", "i"),  # RECONSUMETIMES
+    ("prepared_transaction_offset", "q"),  # PREPARED TRANSACTION OFFSET
+    ("body_length", "i"),  # BODY LENGTH
 )
+RECORD_TAIL = struct.Struct(">" + "".join(code for _, code in RECORD_TAIL_FIELDS))
 BODY_LENGTH = struct.Struct(">i")  # the last field of RECORD_TAIL
 HOST_V4 = struct.Struct(">4si")  # address, port
 HOST_V6 = struct.Struct(">16si")  # address, port
@@ -88,3 +90,13 @@ def record_fixed_part(born_v6: bool, store_v6: bool) -> struct.Struct:
 
 
 RECORD_FIXED = {(b, s): record_fixed_part(b, s) for b in (False, True) for s in (False, True)}
+
+
+def field_offset(fields: tuple[tuple[str, str], ...], name: str) -> int:
+    """Byte offset of a named field within a layout declared as (name, struct code) pairs."""
+    codes = ""
+    for field_name, code in fields:
+        if field_name == name:
+            return struct.calcsize(">" + codes)
+        codes += code
+    raise KeyError(name)

@@ -11,8 +11,6 @@ import numpy as np
 from store.errors import CorruptRecordError
 
 PAGE = mmap.PAGESIZE
-MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
-PREFAULT_BYTES = 8 * 1024 * 1024
 
 
 class MappedFile:
@@ -39,25 +37,16 @@ class MappedFile:
         try:
             access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
             self.buf = mmap.mmap(fd, size, access=access) if size else b""
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        if writable:
+            self._fd: int | None = fd
+        else:
+            os.close(fd)
+            self._fd = None
         self._dirty_from = size
         self._dirty_to = 0
-        self._prefaulted_to = 0
-
-    def prefault_ahead(self, pos: int) -> None:
-        """Fault in the pages after `pos` before the writer reaches them (RocketMQ warms its
-        mapped files the same way); page faults in the write path cost more than this."""
-        if pos + PAGE <= self._prefaulted_to or not self.writable:
-            return
-        start = pos - pos % PAGE
-        length = min(PREFAULT_BYTES, self.size - start)
-        try:
-            self.buf.madvise(MADV_POPULATE_WRITE, start, length)
-        except (OSError, ValueError):
-            self._prefaulted_to = self.size  # unsupported here: stop trying
-            return
-        self._prefaulted_to = start + length
 
     def write(self, pos: int, data: bytes) -> None:
         end = pos + len(data)
@@ -66,6 +55,17 @@ class MappedFile:
             self._dirty_from = pos
         if end > self._dirty_to:
             self._dirty_to = end
+
+    def write_through(self, pos: int, data) -> None:
+        """Write with pwrite rather than through the mapping: a large sequential write then
+        costs what a plain file write does, without faulting in each page of the mapping (the
+        mapping sees the same page cache)."""
+        if self._fd is None:
+            raise OSError(f"{self.path} is not open for writing")
+        done = 0
+        while done < len(data):
+            done += os.pwrite(self._fd, data[done:], pos + done)
+        self.mark_dirty(pos, pos + len(data))
 
     def mark_dirty(self, pos: int, end: int) -> None:
         """Record a write made through another view of the mapping (a numpy array)."""
@@ -100,3 +100,6 @@ class MappedFile:
         if isinstance(self.buf, mmap.mmap) and not self.buf.closed:
             self.flush()
             self.buf.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import fcntl
-import itertools
 import os
 import threading
-import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from store import codec, ids, topics
+import numpy as np
+
+from store import ids
 from store.checkpoint import Checkpoint
 from store.clock import Clock, SystemClock
 from store.codec import StoredMessage
@@ -22,7 +22,6 @@ from store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
 from store.dispatch import Dispatcher
 from store.errors import (
     InvalidIdError,
-    InvalidMessageError,
     MessageNotFoundError,
     ReadOnlyStoreError,
     StoreError,
@@ -33,13 +32,10 @@ from store.geometry import StoreGeometry
 from store.hosts import HostAddress
 from store.index import IndexService
 from store.paths import LOCK_CONTENT, StorePaths
-from store.properties import MAX_PROPERTIES_BYTES, check_property, java_hashmap_order
+from store.record_builder import NewMessage, RecordBuilder
 
 MAX_QUERY_RESULTS = 10_000
 
-
-def _has_separator(text: str) -> bool:
-    return "\x01" in text or "\x02" in text
 
 DEFAULT_QUERY_MAX = 32
 FAR_FUTURE_MS = 2**63 - 1
@@ -57,35 +53,19 @@ class StoreConfig:
     max_message_bytes: int = 4 * 1024 * 1024
 
 
-@dataclass
-class NewMessage:
-    """A message handed to `put`, as a producer sends it."""
-
-    topic: str
-    body: bytes
-    tags: str | None = None
-    keys: list[str] = field(default_factory=list)
-    properties: dict[str, str] = field(default_factory=dict)
-    queue_id: int | None = None
-    born_timestamp: int | None = None
-    born_host: str | None = None
-    flag: int = 0
-    delay_level: int = 0
-    unique_key: str | None = None
-    reconsume_times: int = 0
-    compress: bool = False
-
-
-@dataclass(frozen=True)
-class PutResult:
+class PutResult(NamedTuple):
     topic: str
     queue_id: int
     queue_offset: int
     phys_offset: int
     size: int
-    offset_msg_id: str
     unique_key: str | None
     store_timestamp: int
+    store_host: HostAddress
+
+    @property
+    def offset_msg_id(self) -> str:
+        return ids.create_offset_msg_id(self.store_host, self.phys_offset)
 
 
 @dataclass
@@ -110,13 +90,9 @@ class MessageStore:
         self._closed = False
         self._flusher: threading.Thread | None = None
         self._stop_flusher = threading.Event()
-        self._queue_rr: dict[str, Iterator[int]] = {}
-        self._unique_keys = ids.UniqueKeyFactory(self.store_host, clock)
-        self._queue_offsets: dict[tuple[str, int], int] = {}
-        self._topic_bytes: dict[str, bytes] = {}
-        self._property_orders: dict[tuple[str, ...], list[str]] = {}
-        self._hosts: dict[str, HostAddress] = {}
+        self._queue_offsets: dict[tuple[bytes, int], int] = {}
         self.commitlog: CommitLog
+        self._builder: RecordBuilder
         self.queues: ConsumeQueues
         self.index: IndexService
         self.dispatcher: Dispatcher
@@ -157,6 +133,10 @@ class MessageStore:
         self.abnormal_shutdown = self.paths.abort.exists()
         self.paths.abort.touch()
         self.commitlog = CommitLog(self.paths.commitlog, self.geometry.commitlog_file_size, writable=True)
+        self._builder = RecordBuilder(
+            self.store_host, self.config.cluster, self.delay_levels, self.config.default_queue_count,
+            self.config.max_message_bytes, self.commitlog.max_record_size(),
+            ids.UniqueKeyFactory(self.store_host, self.clock))
         self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
         if self.recovery.truncated_bytes:
             self.commitlog.truncate_after(self.recovery.end)
@@ -252,96 +232,6 @@ class MessageStore:
         self.close()
 
     # -- writing -----------------------------------------------------------------------------
-    def _next_queue_id(self, topic: str) -> int:
-        rr = self._queue_rr.get(topic)
-        if rr is None:
-            rr = self._queue_rr[topic] = itertools.cycle(range(self.config.default_queue_count))
-        return next(rr)
-
-    def _check_topic(self, topic: str) -> bytes:
-        encoded = self._topic_bytes.get(topic)
-        if encoded is None:
-            encoded = topics.validate_topic(topic).encode("utf-8")
-            self._topic_bytes[topic] = encoded
-        return encoded
-
-    def _ordered(self, names: tuple[str, ...]) -> list[str]:
-        order = self._property_orders.get(names)
-        if order is None:
-            order = self._property_orders[names] = java_hashmap_order(names)
-        return order
-
-    def _build_record(self, m: NewMessage, now: int) -> StoredMessage:
-        """The record a producer's message becomes, as RocketMQ 4.9's broker writes it: the
-        client properties plus CLUSTER, in java.util.HashMap order, without WAIT."""
-        self._check_topic(m.topic)
-        topic = m.topic
-        body = m.body
-        if not isinstance(body, bytes):
-            if not isinstance(body, bytearray):
-                raise InvalidMessageError("the body must be bytes")
-            body = bytes(body)
-        if len(body) > self.config.max_message_bytes:
-            raise InvalidMessageError(f"body of {len(body)} bytes exceeds {self.config.max_message_bytes}")
-        queue_id = self._next_queue_id(topic) if m.queue_id is None else m.queue_id
-        if not isinstance(queue_id, int) or queue_id < 0:
-            raise InvalidMessageError(f"invalid queue id {queue_id!r}")
-        props: dict[str, str] = {}
-        if m.properties:
-            for name, value in m.properties.items():
-                value = str(value)
-                try:
-                    check_property(name, value)
-                except ValueError as exc:
-                    raise InvalidMessageError(str(exc)) from None
-                props[name] = value
-        if m.keys:
-            for key in m.keys:
-                if not key or " " in key or _has_separator(key):
-                    raise InvalidMessageError(f"invalid key {key!r}: keys are non-empty and have no spaces")
-            props[topics.KEYS] = " ".join(m.keys)
-        unique_key = m.unique_key or props.get(topics.UNIQ_KEY) or self._unique_keys.create()
-        if _has_separator(unique_key):
-            raise InvalidMessageError("the unique key contains a reserved separator character")
-        props[topics.UNIQ_KEY] = unique_key
-        if m.tags:
-            if _has_separator(m.tags):
-                raise InvalidMessageError("tags contain a reserved separator character")
-            props[topics.TAGS] = m.tags
-        sys_flag = 0
-        if m.compress:
-            body = zlib.compress(body, 5)
-            sys_flag |= codec.COMPRESSED_FLAG
-        delay = m.delay_level
-        if delay and delay > 0:
-            delay = self.delay_levels.clamp(delay)
-            props[topics.DELAY] = str(delay)
-            props[topics.REAL_TOPIC] = topic
-            props[topics.REAL_QID] = str(queue_id)
-            props[topics.WAIT] = "true"
-            topic, queue_id = topics.SCHEDULE_TOPIC, delay - 1
-        props[topics.CLUSTER] = self.config.cluster
-        ordered = {name: props[name] for name in self._ordered(tuple(props))}
-        born_host = self._parse_host(m.born_host) if m.born_host else self.store_host
-        return StoredMessage(
-            topic=topic, queue_id=queue_id, queue_offset=0, phys_offset=0,
-            born_timestamp=now if m.born_timestamp is None else m.born_timestamp,
-            born_host=born_host, store_timestamp=now, store_host=self.store_host,
-            stored_body=body, properties=ordered, flag=m.flag, sys_flag=sys_flag,
-            reconsume_times=m.reconsume_times,
-        )
-
-    def _parse_host(self, text: str) -> HostAddress:
-        host = self._hosts.get(text)
-        if host is None:
-            try:
-                host = HostAddress.parse(text)
-            except ValueError as exc:
-                raise InvalidMessageError(str(exc)) from None
-            if len(self._hosts) < 4096:
-                self._hosts[text] = host
-        return host
-
     def put(self, message: NewMessage) -> PutResult:
         return self.put_many([message])[0]
 
@@ -356,52 +246,38 @@ class MessageStore:
             if self._closed:
                 raise StoreError("the store is closed")
             now = self.clock.now_ms()
-            planned = [self._plan(self._build_record(m, now)) for m in messages]
-            results = [self._append(*plan) for plan in planned]
+            planned = self._builder.build_many(list(messages), now)
+            items = [item for item, _, _ in planned]
+            queue_offsets, advanced = self._assign_queue_offsets(planned)
+            phys = self.commitlog.append_records(items, queue_offsets, now, self.store_host).tolist()
+            self._queue_offsets.update(advanced)
             self.dispatcher.dispatch_pending()
             if self.config.flush == "sync":
                 self.commitlog.flush()
-        return results
+        host = self.store_host
+        new = tuple.__new__
+        return [
+            new(PutResult, (topic, item[2], offset, at, item[0], unique_key, now, host))
+            for (item, topic, unique_key), offset, at in zip(planned, queue_offsets.tolist(), phys, strict=True)
+        ]
 
-    def _plan(self, record: StoredMessage) -> tuple[StoredMessage, bytes, bytes, int]:
-        """The record with its encoded topic and properties and its size, checked to fit."""
-        topic_bytes = self._topic_bytes.get(record.topic) or record.topic.encode("utf-8")
-        props_bytes = record.properties_text().encode("utf-8")
-        if len(props_bytes) > MAX_PROPERTIES_BYTES:
-            raise InvalidMessageError(
-                f"properties take {len(props_bytes)} bytes; the limit is {MAX_PROPERTIES_BYTES}")
-        size = codec.encoded_size(len(record.stored_body), len(topic_bytes), len(props_bytes),
-                                  record.born_host.is_ipv6, record.store_host.is_ipv6)
-        if size > self.commitlog.max_record_size():
-            raise InvalidMessageError(f"a record of {size} bytes does not fit in a commit log segment")
-        return record, topic_bytes, props_bytes, size
-
-    def _next_queue_offset(self, topic: str, queue_id: int) -> int:
-        """RocketMQ's topic-queue table: the next offset of each queue, ahead of dispatch."""
-        key = (topic, queue_id)
-        offset = self._queue_offsets.get(key)
-        if offset is None:
-            cq = self.queues.get(topic, queue_id)
-            offset = cq.max_offset if cq is not None else 0
-        self._queue_offsets[key] = offset + 1
-        return offset
-
-    def _append(self, record: StoredMessage, topic_bytes: bytes, props_bytes: bytes, size: int) -> PutResult:
-        phys = self.commitlog.prepare(size)
-        record.queue_offset = self._next_queue_offset(record.topic, record.queue_id)
-        record.phys_offset = phys
-        record.size = size
-        self.commitlog.append(codec.encode_fields(
-            record.queue_id, record.flag, record.queue_offset, phys, record.sys_flag, record.born_timestamp,
-            record.born_host, record.store_timestamp, record.store_host, record.reconsume_times,
-            record.prepared_transaction_offset, record.stored_body, topic_bytes, props_bytes, record.magic,
-        ))
-        return PutResult(
-            topic=record.topic, queue_id=record.queue_id, queue_offset=record.queue_offset,
-            phys_offset=phys, size=size,
-            offset_msg_id=ids.create_offset_msg_id(record.store_host, phys),
-            unique_key=record.properties.get(topics.UNIQ_KEY), store_timestamp=record.store_timestamp,
-        )
+    def _assign_queue_offsets(self, planned: list[tuple[tuple, str, str]]) -> tuple[np.ndarray, dict]:
+        """Queue offsets from RocketMQ's topic-queue table (the next offset of each queue, ahead
+        of dispatch), and the table's new entries, to keep once the records are written."""
+        table = self._queue_offsets
+        advanced: dict[tuple[bytes, int], int] = {}
+        offsets = []
+        for item, _, _ in planned:
+            key = (item[1], item[2])
+            offset = advanced.get(key)
+            if offset is None:
+                offset = table.get(key)
+                if offset is None:
+                    cq = self.queues.get(item[1].decode(), item[2])
+                    offset = cq.max_offset if cq is not None else 0
+            advanced[key] = offset + 1
+            offsets.append(offset)
+        return np.array(offsets, dtype=np.int64), advanced
 
     # -- reading -----------------------------------------------------------------------------
     def read(self, phys_offset: int) -> StoredMessage:

@@ -1,0 +1,781 @@
+/*
+ * Compiled hot paths of the store: encoding runs of commit log records into a segment, and
+ * scanning records for dispatch. The record layout is not declared here: store/recordio.py
+ * derives every offset from store/layouts.py and passes it in, and tests check these
+ * functions byte for byte against the pure-Python codec.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <zlib.h>
+
+/* The record layout, in the order store/recordio.py builds the tuple. */
+typedef struct {
+    Py_ssize_t total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, head_size;
+    Py_ssize_t host_v4, host_v6; /* address + port */
+    Py_ssize_t store_ts_size;
+    Py_ssize_t reconsume, prepared, body_len, tail_size; /* offsets within the tail */
+    long magic_v1, magic_v2, magic_blank;
+    long born_v6_flag, store_v6_flag;
+    Py_ssize_t topic_len_v1, topic_len_v2, props_len_size, blank_min;
+} Layout;
+
+static int parse_layout(PyObject *obj, Layout *l)
+{
+    return PyArg_ParseTuple(obj, "nnnnnnnnnnnnnnnnnlllllnnnn;layout tuple",
+                            &l->total, &l->magic, &l->crc, &l->queue_id, &l->flag, &l->queue_offset,
+                            &l->phys, &l->sys_flag, &l->born_ts, &l->head_size, &l->host_v4, &l->host_v6,
+                            &l->store_ts_size, &l->reconsume, &l->prepared, &l->body_len, &l->tail_size,
+                            &l->magic_v1, &l->magic_v2, &l->magic_blank, &l->born_v6_flag,
+                            &l->store_v6_flag, &l->topic_len_v1, &l->topic_len_v2, &l->props_len_size,
+                            &l->blank_min);
+}
+
+static inline void put_be(unsigned char *p, uint64_t v, int width)
+{
+    for (int i = width - 1; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xFF);
+        v >>= 8;
+    }
+}
+
+static inline int64_t get_be(const unsigned char *p, int width)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < width; i++)
+        v = (v << 8) | p[i];
+    if (width < 8 && (v >> (8 * width - 1)) & 1)
+        v |= ~(uint64_t)0 << (8 * width);
+    return (int64_t)v;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* encode_run                                                                                */
+
+typedef struct {
+    Py_ssize_t size;
+    Py_buffer topic, born_addr, body, props;
+    long queue_id, flag, sys_flag, born_port, reconsume, magic;
+    long long born_ts;
+} Item;
+
+static void release_item(Item *it)
+{
+    PyBuffer_Release(&it->topic);
+    PyBuffer_Release(&it->born_addr);
+    PyBuffer_Release(&it->body);
+    PyBuffer_Release(&it->props);
+}
+
+/* item: (size, topic, queue_id, flag, sys_flag, born_ts, born_addr, born_port, reconsume, body,
+ *        props, magic) */
+static int parse_item(PyObject *obj, Item *it)
+{
+    memset(it, 0, sizeof(*it));
+    if (!PyTuple_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "each item must be a tuple");
+        return 0;
+    }
+    return PyArg_ParseTuple(obj, "ny*llLLy*lly*y*l;record item", &it->size, &it->topic, &it->queue_id,
+                            &it->flag, &it->sys_flag, &it->born_ts, &it->born_addr, &it->born_port,
+                            &it->reconsume, &it->body, &it->props, &it->magic);
+}
+
+static Py_ssize_t host_size(const Layout *l, Py_ssize_t addr_len)
+{
+    return addr_len == 16 ? l->host_v6 : l->host_v4;
+}
+
+static Py_ssize_t item_size(const Layout *l, const Item *it, Py_ssize_t store_addr_len)
+{
+    Py_ssize_t topic_len_size = it->magic == l->magic_v2 ? l->topic_len_v2 : l->topic_len_v1;
+    return l->head_size + host_size(l, it->born_addr.len) + l->store_ts_size + host_size(l, store_addr_len) +
+           l->tail_size + it->body.len + topic_len_size + it->topic.len + l->props_len_size + it->props.len;
+}
+
+static unsigned char *write_host(unsigned char *p, const Layout *l, const Py_buffer *addr, long port)
+{
+    memcpy(p, addr->buf, addr->len);
+    put_be(p + addr->len, (uint32_t)port, 4);
+    return p + host_size(l, addr->len);
+}
+
+static void write_record(unsigned char *p, const Layout *l, const Item *it, long long queue_offset,
+                         long long phys, long long store_ts, const Py_buffer *store_addr, long store_port)
+{
+    uInt crc = (uInt)crc32(0L, (const Bytef *)it->body.buf, (uInt)it->body.len) & 0x7FFFFFFF;
+    put_be(p + l->total, (uint32_t)it->size, 4);
+    put_be(p + l->magic, (uint32_t)it->magic, 4);
+    put_be(p + l->crc, crc, 4);
+    put_be(p + l->queue_id, (uint32_t)it->queue_id, 4);
+    put_be(p + l->flag, (uint32_t)it->flag, 4);
+    put_be(p + l->queue_offset, (uint64_t)queue_offset, 8);
+    put_be(p + l->phys, (uint64_t)phys, 8);
+    put_be(p + l->sys_flag, (uint32_t)it->sys_flag, 4);
+    put_be(p + l->born_ts, (uint64_t)it->born_ts, 8);
+    unsigned char *q = write_host(p + l->head_size, l, &it->born_addr, it->born_port);
+    put_be(q, (uint64_t)store_ts, (int)l->store_ts_size);
+    q = write_host(q + l->store_ts_size, l, store_addr, store_port);
+    put_be(q + l->reconsume, (uint32_t)it->reconsume, 4);
+    put_be(q + l->prepared, 0, 8);
+    put_be(q + l->body_len, (uint32_t)it->body.len, 4);
+    q += l->tail_size;
+    memcpy(q, it->body.buf, it->body.len);
+    q += it->body.len;
+    Py_ssize_t topic_len_size = it->magic == l->magic_v2 ? l->topic_len_v2 : l->topic_len_v1;
+    put_be(q, (uint64_t)it->topic.len, (int)topic_len_size);
+    q += topic_len_size;
+    memcpy(q, it->topic.buf, it->topic.len);
+    q += it->topic.len;
+    put_be(q, (uint64_t)it->props.len, (int)l->props_len_size);
+    q += l->props_len_size;
+    memcpy(q, it->props.buf, it->props.len);
+}
+
+PyDoc_STRVAR(encode_run_doc,
+"encode_run(out, seg_pos, seg_size, layout, items, start, queue_offsets, phys_out, seg_base, store_ts,\n"
+"           store_addr, store_port) -> (count, written)\n\n"
+"Encode items[start:] into the writable buffer `out` from its start, for a segment of `seg_size`\n"
+"bytes based at physical offset `seg_base` whose tail is at `seg_pos`. Stops before a record that\n"
+"would not leave room for a BLANK behind it in the segment, or that does not fit in `out`.\n"
+"Record i gets queue offset queue_offsets[i] (int64 buffer); its physical offset goes to\n"
+"phys_out[i] (int64 buffer).");
+
+static PyObject *encode_run(PyObject *self, PyObject *args)
+{
+    Py_buffer out = {0}, offsets = {0}, phys_out = {0}, store_addr = {0};
+    PyObject *layout_obj, *items;
+    Py_ssize_t seg_pos, seg_size, start;
+    long long seg_base, store_ts;
+    long store_port;
+    Layout l;
+    PyObject *result = NULL;
+
+    if (!PyArg_ParseTuple(args, "w*nnOOny*w*LLy*l", &out, &seg_pos, &seg_size, &layout_obj, &items, &start,
+                          &offsets, &phys_out, &seg_base, &store_ts, &store_addr, &store_port))
+        return NULL;
+    if (!parse_layout(layout_obj, &l))
+        goto done;
+    if (!PyList_Check(items)) {
+        PyErr_SetString(PyExc_TypeError, "items must be a list");
+        goto done;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    if (offsets.len < n * 8 || phys_out.len < n * 8 || start < 0 || start > n || seg_pos < 0 || seg_pos > seg_size) {
+        PyErr_SetString(PyExc_ValueError, "queue_offsets/phys_out too short or start/seg_pos out of range");
+        goto done;
+    }
+    if (store_addr.len != 4 && store_addr.len != 16) {
+        PyErr_SetString(PyExc_ValueError, "the store address has 4 or 16 bytes");
+        goto done;
+    }
+    const int64_t *queue_offsets = (const int64_t *)offsets.buf;
+    int64_t *phys_values = (int64_t *)phys_out.buf;
+    unsigned char *base = (unsigned char *)out.buf;
+    Py_ssize_t written = 0;
+    Py_ssize_t i = start;
+    for (; i < n; i++) {
+        Item it;
+        if (!parse_item(PyList_GET_ITEM(items, i), &it))
+            goto done;
+        Py_ssize_t size = item_size(&l, &it, store_addr.len);
+        if (size != it.size || (it.born_addr.len != 4 && it.born_addr.len != 16)) {
+            release_item(&it);
+            PyErr_Format(PyExc_ValueError, "item %zd: declared size %zd, encoded size %zd", i, it.size, size);
+            goto done;
+        }
+        Py_ssize_t pos = seg_pos + written;
+        int fits = pos == 0 ? size <= seg_size : size + l.blank_min <= seg_size - pos;
+        if (!fits || size > out.len - written) {
+            release_item(&it);
+            break;
+        }
+        long long phys = seg_base + pos;
+        write_record(base + written, &l, &it, queue_offsets[i], phys, store_ts, &store_addr, store_port);
+        release_item(&it);
+        phys_values[i] = phys;
+        written += size;
+    }
+    result = Py_BuildValue("nn", i - start, written);
+done:
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&phys_out);
+    PyBuffer_Release(&store_addr);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* scan_records                                                                              */
+
+/* One scanned record; store/recordio.py declares the matching numpy dtype. */
+typedef struct {
+    int64_t phys;
+    int64_t queue_offset;
+    int64_t store_ts;
+    int32_t size;
+    int32_t queue_id;
+    int32_t sys_flag;
+    int32_t topic_id;
+    int32_t tags_hash;
+    int32_t delay_level;
+} ScannedRecord;
+
+typedef struct {
+    int32_t record;
+    int32_t hash;
+} ScannedKey;
+
+#define NO_DELAY_LEVEL INT32_MIN
+
+enum { SCAN_END = 0, SCAN_BLANK = 1, SCAN_SLOW = 2, SCAN_FULL = 3 };
+
+static uint32_t java_hash(uint32_t h, const unsigned char *s, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = 31u * h + s[i];
+    return h;
+}
+
+static int32_t index_hash(uint32_t h)
+{
+    int32_t v = (int32_t)h;
+    if (v == INT32_MIN)
+        return 0;
+    return v < 0 ? -v : v;
+}
+
+static int all_ascii(const unsigned char *s, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (s[i] & 0x80)
+            return 0;
+    return 1;
+}
+
+/* Integer.parseInt of a short ASCII value; NO_DELAY_LEVEL when it is not a number. */
+static int32_t parse_level(const unsigned char *s, Py_ssize_t n)
+{
+    int negative = 0;
+    Py_ssize_t i = 0;
+    if (n > 0 && (s[0] == '-' || s[0] == '+')) {
+        negative = s[0] == '-';
+        i = 1;
+    }
+    if (i == n || n - i > 9)
+        return NO_DELAY_LEVEL;
+    int32_t v = 0;
+    for (; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return NO_DELAY_LEVEL;
+        v = v * 10 + (s[i] - '0');
+    }
+    return negative ? -v : v;
+}
+
+typedef struct {
+    const unsigned char *tags, *keys, *uniq, *delay;
+    Py_ssize_t tags_len, keys_len, uniq_len, delay_len;
+} WantedProperties;
+
+static int name_is(const unsigned char *s, Py_ssize_t n, const char *name)
+{
+    size_t len = strlen(name);
+    return (size_t)n == len && memcmp(s, name, len) == 0;
+}
+
+/* MessageDecoder.string2messageProperties, keeping only the names dispatch needs (last wins). */
+static void find_properties(const unsigned char *p, Py_ssize_t n, WantedProperties *w)
+{
+    memset(w, 0, sizeof(*w));
+    Py_ssize_t chunk = 0;
+    while (chunk <= n) {
+        const unsigned char *end = memchr(p + chunk, '\x02', n - chunk);
+        Py_ssize_t chunk_end = end ? end - p : n;
+        Py_ssize_t len = chunk_end - chunk;
+        if (len >= 3) {
+            const unsigned char *sep = memchr(p + chunk, '\x01', len);
+            Py_ssize_t at = sep ? sep - (p + chunk) : -1;
+            if (at > 0 && at < len - 1) {
+                const unsigned char *name = p + chunk, *value = p + chunk + at + 1;
+                Py_ssize_t value_len = len - at - 1;
+                if (name_is(name, at, "TAGS")) {
+                    w->tags = value;
+                    w->tags_len = value_len;
+                } else if (name_is(name, at, "KEYS")) {
+                    w->keys = value;
+                    w->keys_len = value_len;
+                } else if (name_is(name, at, "UNIQ_KEY")) {
+                    w->uniq = value;
+                    w->uniq_len = value_len;
+                } else if (name_is(name, at, "DELAY")) {
+                    w->delay = value;
+                    w->delay_len = value_len;
+                }
+            }
+        }
+        chunk = chunk_end + 1;
+    }
+}
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} Growable;
+
+static int grow_append(Growable *g, const void *item, Py_ssize_t size)
+{
+    if (g->len + size > g->cap) {
+        Py_ssize_t cap = g->cap ? g->cap * 2 : 4096;
+        while (cap < g->len + size)
+            cap *= 2;
+        char *data = PyMem_Realloc(g->data, cap);
+        if (!data) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        g->data = data;
+        g->cap = cap;
+    }
+    memcpy(g->data + g->len, item, size);
+    g->len += size;
+    return 1;
+}
+
+/* The id of `topic` in the caller's topic table (dict bytes -> id, list of bytes), added if new. */
+static int topic_id_of(PyObject *ids, PyObject *names, const unsigned char *topic, Py_ssize_t len)
+{
+    PyObject *key = PyBytes_FromStringAndSize((const char *)topic, len);
+    if (!key)
+        return -1;
+    PyObject *found = PyDict_GetItemWithError(ids, key);
+    if (found) {
+        Py_DECREF(key);
+        return (int)PyLong_AsLong(found);
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return -1;
+    }
+    Py_ssize_t id = PyList_GET_SIZE(names);
+    PyObject *id_obj = PyLong_FromSsize_t(id);
+    int failed = !id_obj || PyDict_SetItem(ids, key, id_obj) < 0 || PyList_Append(names, key) < 0;
+    Py_XDECREF(id_obj);
+    Py_DECREF(key);
+    return failed ? -1 : (int)id;
+}
+
+PyDoc_STRVAR(scan_records_doc,
+"scan_records(buf, pos, limit, layout, max_records, topic_ids, topic_names) -> (status, pos, records, keys)\n\n"
+"Scan well-formed ASCII records from `pos` up to `limit`. `records` packs one ScannedRecord per\n"
+"record, `keys` one (record number, index hash of topic#key) per UNIQ_KEY and KEYS token.\n"
+"status: 0 reached limit, 1 BLANK at pos, 2 the record at pos needs the Python decoder\n"
+"(corrupt, non-ASCII or unknown magic), 3 max_records scanned.");
+
+static PyObject *scan_records(PyObject *self, PyObject *args)
+{
+    Py_buffer buf = {0};
+    PyObject *layout_obj, *topic_ids, *topic_names;
+    Py_ssize_t pos, limit, max_records;
+    Layout l;
+    Growable records = {0}, keys = {0};
+    PyObject *result = NULL;
+    int status = SCAN_END;
+
+    if (!PyArg_ParseTuple(args, "y*nnOnO!O!", &buf, &pos, &limit, &layout_obj, &max_records, &PyDict_Type,
+                          &topic_ids, &PyList_Type, &topic_names))
+        return NULL;
+    if (!parse_layout(layout_obj, &l))
+        goto done;
+    if (limit > buf.len)
+        limit = buf.len;
+    const unsigned char *base = (const unsigned char *)buf.buf;
+    const unsigned char *last_topic = NULL;
+    Py_ssize_t last_topic_len = 0;
+    int last_topic_id = -1;
+    Py_ssize_t count = 0;
+    Py_ssize_t min_size = l.head_size + 2 * l.host_v4 + l.store_ts_size + l.tail_size;
+
+    while (pos + 8 <= limit) {
+        if (count >= max_records) {
+            status = SCAN_FULL;
+            break;
+        }
+        const unsigned char *r = base + pos;
+        int64_t total = get_be(r + l.total, 4);
+        int64_t magic = get_be(r + l.magic, 4);
+        if (magic == l.magic_blank) {
+            status = SCAN_BLANK;
+            break;
+        }
+        if ((magic != l.magic_v1 && magic != l.magic_v2) || total < min_size || total > limit - pos) {
+            status = SCAN_SLOW;
+            break;
+        }
+        int64_t sys_flag = get_be(r + l.sys_flag, 4);
+        Py_ssize_t cursor = l.head_size + ((sys_flag & l.born_v6_flag) ? l.host_v6 : l.host_v4);
+        int64_t store_ts = get_be(r + cursor, (int)l.store_ts_size);
+        cursor += l.store_ts_size + ((sys_flag & l.store_v6_flag) ? l.host_v6 : l.host_v4);
+        if (cursor + l.tail_size > total) {
+            status = SCAN_SLOW;
+            break;
+        }
+        int64_t body_len = get_be(r + cursor + l.body_len, 4);
+        cursor += l.tail_size;
+        if (body_len < 0 || body_len > total - cursor) {
+            status = SCAN_SLOW;
+            break;
+        }
+        cursor += body_len;
+        Py_ssize_t topic_len_size = magic == l.magic_v2 ? l.topic_len_v2 : l.topic_len_v1;
+        if (cursor + topic_len_size > total) {
+            status = SCAN_SLOW;
+            break;
+        }
+        int64_t topic_len = get_be(r + cursor, (int)topic_len_size);
+        cursor += topic_len_size;
+        if (topic_len <= 0 || topic_len > total - cursor - l.props_len_size) {
+            status = SCAN_SLOW;
+            break;
+        }
+        const unsigned char *topic = r + cursor;
+        cursor += topic_len;
+        int64_t props_len = get_be(r + cursor, (int)l.props_len_size);
+        cursor += l.props_len_size;
+        if (props_len < 0 || cursor + props_len != total) {
+            status = SCAN_SLOW;
+            break;
+        }
+        const unsigned char *props = r + cursor;
+        if (!all_ascii(topic, topic_len) || !all_ascii(props, props_len)) {
+            status = SCAN_SLOW;
+            break;
+        }
+
+        if (!last_topic || last_topic_len != topic_len || memcmp(last_topic, topic, topic_len) != 0) {
+            last_topic_id = topic_id_of(topic_ids, topic_names, topic, topic_len);
+            if (last_topic_id < 0)
+                goto done;
+            last_topic = topic;
+            last_topic_len = topic_len;
+        }
+        WantedProperties w;
+        find_properties(props, props_len, &w);
+        ScannedRecord rec = {
+            .phys = get_be(r + l.phys, 8),
+            .queue_offset = get_be(r + l.queue_offset, 8),
+            .store_ts = store_ts,
+            .size = (int32_t)total,
+            .queue_id = (int32_t)get_be(r + l.queue_id, 4),
+            .sys_flag = (int32_t)sys_flag,
+            .topic_id = last_topic_id,
+            .tags_hash = w.tags ? (int32_t)java_hash(0, w.tags, w.tags_len) : 0,
+            .delay_level = w.delay ? parse_level(w.delay, w.delay_len) : NO_DELAY_LEVEL,
+        };
+        if (!grow_append(&records, &rec, sizeof(rec)))
+            goto done;
+        uint32_t prefix = java_hash(java_hash(0, topic, topic_len), (const unsigned char *)"#", 1);
+        if (w.uniq) {
+            ScannedKey k = {(int32_t)count, index_hash(java_hash(prefix, w.uniq, w.uniq_len))};
+            if (!grow_append(&keys, &k, sizeof(k)))
+                goto done;
+        }
+        Py_ssize_t i = 0;
+        while (i < w.keys_len) {
+            while (i < w.keys_len && w.keys[i] == ' ')
+                i++;
+            Py_ssize_t token = i;
+            while (i < w.keys_len && w.keys[i] != ' ')
+                i++;
+            if (i > token) {
+                ScannedKey k = {(int32_t)count, index_hash(java_hash(prefix, w.keys + token, i - token))};
+                if (!grow_append(&keys, &k, sizeof(k)))
+                    goto done;
+            }
+        }
+        count++;
+        pos += total;
+    }
+    result = Py_BuildValue("iny#y#", status, pos, records.data ? records.data : "", records.len,
+                           keys.data ? keys.data : "", keys.len);
+done:
+    PyMem_Free(records.data);
+    PyMem_Free(keys.data);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* build_items                                                                               */
+
+enum { PROP_KEYS, PROP_UNIQ_KEY, PROP_TAGS, PROP_CLUSTER, PROP_COUNT };
+static const char *const PROPERTY_NAMES[PROP_COUNT] = {"KEYS", "UNIQ_KEY", "TAGS", "CLUSTER"};
+static const char *const MESSAGE_FIELDS[] = {"topic", "body", "tags", "keys", "properties", "queue_id",
+                                             "born_timestamp", "born_host", "flag", "delay_level",
+                                             "unique_key", "reconsume_times", "compress"};
+enum { F_TOPIC, F_BODY, F_TAGS, F_KEYS, F_PROPERTIES, F_QUEUE_ID, F_BORN_TS, F_BORN_HOST, F_FLAG, F_DELAY,
+       F_UNIQUE_KEY, F_RECONSUME, F_COMPRESS, F_COUNT };
+
+typedef struct {
+    PyObject *topic_forms, *orders, *cluster, *store_addr, *create_unique_key;
+    long store_port, sys_flag;
+    Py_ssize_t fixed_size, max_body, max_record, max_props;
+} BuildPlan;
+
+static int has_separator(const char *s, Py_ssize_t n)
+{
+    return memchr(s, '\x01', n) != NULL || memchr(s, '\x02', n) != NULL;
+}
+
+/* A 32-bit int the record can hold, or -1 with *ok = 0. */
+static long small_int(PyObject *obj, int *ok)
+{
+    if (!PyLong_CheckExact(obj)) {
+        *ok = 0;
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow || v < INT32_MIN || v > INT32_MAX) {
+        *ok = 0;
+        return -1;
+    }
+    return (long)v;
+}
+
+typedef struct {
+    const char *text;
+    Py_ssize_t len;
+} Text;
+
+/* The item for one message, or Py_None when it takes the Python builder (anything beyond the
+ * common shape, including everything invalid, which the Python builder then reports). */
+static PyObject *build_one(PyObject *msg, long long now, const BuildPlan *plan, PyObject *const *names,
+                           Growable *props, Growable *keys)
+{
+    PyObject *f[F_COUNT] = {0};
+    PyObject *unique_key = NULL, *result = NULL;
+    for (int i = 0; i < F_COUNT; i++) {
+        f[i] = PyObject_GetAttr(msg, names[i]);
+        if (!f[i]) {
+            PyErr_Clear();
+            goto fallback;
+        }
+    }
+    int ok = 1;
+    if (f[F_BORN_HOST] != Py_None || f[F_COMPRESS] != Py_False || small_int(f[F_DELAY], &ok) != 0 || !ok)
+        goto fallback;
+    if (f[F_PROPERTIES] != Py_None && !(PyDict_CheckExact(f[F_PROPERTIES]) && PyDict_GET_SIZE(f[F_PROPERTIES]) == 0))
+        goto fallback;
+    if (!PyUnicode_CheckExact(f[F_TOPIC]))
+        goto fallback;
+    PyObject *form = PyDict_GetItemWithError(plan->topic_forms, f[F_TOPIC]);
+    if (!form) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    if (!PyBytes_CheckExact(f[F_BODY]) || PyBytes_GET_SIZE(f[F_BODY]) > plan->max_body)
+        goto fallback;
+    long queue_id = small_int(f[F_QUEUE_ID], &ok);
+    long flag = small_int(f[F_FLAG], &ok);
+    long reconsume = small_int(f[F_RECONSUME], &ok);
+    if (!ok || queue_id < 0)
+        goto fallback;
+    long long born_ts = now;
+    if (f[F_BORN_TS] != Py_None) {
+        int overflow = 0;
+        if (!PyLong_CheckExact(f[F_BORN_TS]))
+            goto fallback;
+        born_ts = PyLong_AsLongLongAndOverflow(f[F_BORN_TS], &overflow);
+        if (overflow)
+            goto fallback;
+    }
+
+    Text values[PROP_COUNT] = {{0}};
+    keys->len = 0;
+    PyObject *key_list = f[F_KEYS];
+    if (key_list != Py_None) {
+        if (!PyList_CheckExact(key_list))
+            goto fallback;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(key_list); i++) {
+            PyObject *key = PyList_GET_ITEM(key_list, i);
+            Py_ssize_t len;
+            const char *text = PyUnicode_CheckExact(key) ? PyUnicode_AsUTF8AndSize(key, &len) : NULL;
+            if (!text) {
+                PyErr_Clear();
+                goto fallback;
+            }
+            if (len == 0 || memchr(text, ' ', len) || has_separator(text, len))
+                goto fallback;
+            if ((i > 0 && !grow_append(keys, " ", 1)) || !grow_append(keys, text, len))
+                goto done;
+        }
+        if (keys->len) {
+            values[PROP_KEYS].text = keys->data;
+            values[PROP_KEYS].len = keys->len;
+        }
+    }
+    if (f[F_UNIQUE_KEY] != Py_None && !PyUnicode_CheckExact(f[F_UNIQUE_KEY]))
+        goto fallback;
+    if (f[F_UNIQUE_KEY] != Py_None && PyUnicode_GET_LENGTH(f[F_UNIQUE_KEY]) > 0) {
+        unique_key = Py_NewRef(f[F_UNIQUE_KEY]);
+    } else {
+        unique_key = PyObject_CallNoArgs(plan->create_unique_key);
+        if (!unique_key)
+            goto done;
+        if (!PyUnicode_CheckExact(unique_key))
+            goto fallback;
+    }
+    values[PROP_UNIQ_KEY].text = PyUnicode_AsUTF8AndSize(unique_key, &values[PROP_UNIQ_KEY].len);
+    if (!values[PROP_UNIQ_KEY].text) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    if (has_separator(values[PROP_UNIQ_KEY].text, values[PROP_UNIQ_KEY].len))
+        goto fallback;
+    if (f[F_TAGS] != Py_None) {
+        if (!PyUnicode_CheckExact(f[F_TAGS]))
+            goto fallback;
+        if (PyUnicode_GET_LENGTH(f[F_TAGS]) > 0) {
+            values[PROP_TAGS].text = PyUnicode_AsUTF8AndSize(f[F_TAGS], &values[PROP_TAGS].len);
+            if (!values[PROP_TAGS].text) {
+                PyErr_Clear();
+                goto fallback;
+            }
+            if (has_separator(values[PROP_TAGS].text, values[PROP_TAGS].len))
+                goto fallback;
+        }
+    }
+    values[PROP_CLUSTER].text = PyBytes_AS_STRING(plan->cluster);
+    values[PROP_CLUSTER].len = PyBytes_GET_SIZE(plan->cluster);
+
+    PyObject *order = PyTuple_GET_ITEM(plan->orders, (values[PROP_KEYS].text ? 2 : 0) + (values[PROP_TAGS].text ? 1 : 0));
+    props->len = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(order); i++) {
+        long which = PyLong_AsLong(PyTuple_GET_ITEM(order, i));
+        const char *name = PROPERTY_NAMES[which];
+        if ((i > 0 && !grow_append(props, "\x02", 1)) || !grow_append(props, name, (Py_ssize_t)strlen(name)) ||
+            !grow_append(props, "\x01", 1) || !grow_append(props, values[which].text, values[which].len))
+            goto done;
+    }
+    if (props->len > plan->max_props)
+        goto fallback;
+    Py_ssize_t size = plan->fixed_size + PyBytes_GET_SIZE(f[F_BODY]) +
+                      PyLong_AsSsize_t(PyTuple_GET_ITEM(form, 2)) + props->len;
+    if (size > plan->max_record)
+        goto fallback;
+    PyObject *props_bytes = PyBytes_FromStringAndSize(props->data, props->len);
+    if (!props_bytes)
+        goto done;
+    PyObject *item = Py_BuildValue("(nOlllLOllONO)", size, PyTuple_GET_ITEM(form, 0), queue_id, flag,
+                                   plan->sys_flag, born_ts, plan->store_addr, plan->store_port, reconsume,
+                                   f[F_BODY], props_bytes, PyTuple_GET_ITEM(form, 1));
+    /* Py_BuildValue's N took props_bytes, also on failure */
+    if (!item)
+        goto done;
+    result = PyTuple_Pack(3, item, f[F_TOPIC], unique_key);
+    Py_DECREF(item);
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(unique_key);
+    for (int i = 0; i < F_COUNT; i++)
+        Py_XDECREF(f[i]);
+    return result;
+}
+
+PyDoc_STRVAR(build_items_doc,
+"build_items(messages, now, plan) -> list\n\n"
+"For each NewMessage of the common shape (no client properties, delay, compression or born host)\n"
+"its (record item, topic, unique key), as RecordBuilder.build makes them; None for any other,\n"
+"which the caller builds in Python. plan: (topic forms {topic: (bytes, magic, overhead)},\n"
+"HashMap orders of (CLUSTER, UNIQ_KEY [, TAGS] [, KEYS]) by 2*has_keys + has_tags as tuples of\n"
+"0 KEYS 1 UNIQ_KEY 2 TAGS 3 CLUSTER, cluster bytes, store address, store port, sys flag, fixed\n"
+"record size, max body, max record size, max properties bytes, unique key factory).");
+
+static PyObject *build_items(PyObject *self, PyObject *args)
+{
+    PyObject *messages, *plan_obj;
+    long long now;
+    BuildPlan plan;
+    PyObject *names[F_COUNT] = {0};
+    Growable props = {0}, keys = {0};
+    PyObject *result = NULL;
+
+    if (!PyArg_ParseTuple(args, "O!LO!", &PyList_Type, &messages, &now, &PyTuple_Type, &plan_obj))
+        return NULL;
+    if (!PyArg_ParseTuple(plan_obj, "O!O!SSllnnnnO;build plan", &PyDict_Type, &plan.topic_forms, &PyTuple_Type,
+                          &plan.orders, &plan.cluster, &plan.store_addr, &plan.store_port, &plan.sys_flag,
+                          &plan.fixed_size, &plan.max_body, &plan.max_record, &plan.max_props,
+                          &plan.create_unique_key))
+        return NULL;
+    if (PyTuple_GET_SIZE(plan.orders) != 4) {
+        PyErr_SetString(PyExc_ValueError, "the plan needs four property orders");
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++) {
+        PyObject *order = PyTuple_GET_ITEM(plan.orders, i);
+        if (!PyTuple_Check(order)) {
+            PyErr_SetString(PyExc_TypeError, "property orders are tuples");
+            return NULL;
+        }
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(order); j++) {
+            long which = PyLong_AsLong(PyTuple_GET_ITEM(order, j));
+            if (which < 0 || which >= PROP_COUNT) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "property order entries are 0..3");
+                return NULL;
+            }
+        }
+    }
+    for (int i = 0; i < F_COUNT; i++) {
+        names[i] = PyUnicode_InternFromString(MESSAGE_FIELDS[i]);
+        if (!names[i])
+            goto done;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(messages);
+    result = PyList_New(n);
+    if (!result)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *built = build_one(PyList_GET_ITEM(messages, i), now, &plan, names, &props, &keys);
+        if (!built) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, i, built);
+    }
+done:
+    for (int i = 0; i < F_COUNT; i++)
+        Py_XDECREF(names[i]);
+    PyMem_Free(props.data);
+    PyMem_Free(keys.data);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"encode_run", encode_run, METH_VARARGS, encode_run_doc},
+    {"scan_records", scan_records, METH_VARARGS, scan_records_doc},
+    {"build_items", build_items, METH_VARARGS, build_items_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyModuleDef_Slot slots[] = {
+    {0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "store._recordio",
+    .m_doc = "Compiled encode and dispatch-scan loops of the commit log.",
+    .m_size = 0,
+    .m_methods = methods,
+    .m_slots = slots,
+};
+
+PyMODINIT_FUNC PyInit__recordio(void)
+{
+    return PyModuleDef_Init(&module);
+}
