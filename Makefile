@@ -8,15 +8,29 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 DATA ?= ./data
 
-.PHONY: install run test bench lint system-deps clean
+.PHONY: install run test bench lint build-deps system-deps clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py store/_recordio.c
+	@$(MAKE) --no-print-directory build-deps
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
+
+# The store's compiled loops need a C compiler, zlib's and Python's headers: installed only when missing.
+build-deps:
+	@missing=""; \
+	command -v cc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	test -f /usr/include/zlib.h || missing="$$missing zlib1g-dev"; \
+	$(PYTHON) -c "import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+		|| missing="$$missing python3-dev"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 # Debian packages the browser and Spark tests need, installed only when missing.
 system-deps:

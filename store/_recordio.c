@@ -755,10 +755,50 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* populate                                                                                  */
+
+#include <sys/mman.h>
+#include <errno.h>
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+PyDoc_STRVAR(populate_doc,
+"populate(buf, start, length)\n\n"
+"Fault in the pages of a writable shared mapping without changing their contents\n"
+"(madvise MADV_POPULATE_WRITE), letting other threads run meanwhile. `start` must be a multiple\n"
+"of the page size. Raises OSError where the kernel does not support it.");
+
+static PyObject *populate(PyObject *self, PyObject *args)
+{
+    Py_buffer buf = {0};
+    Py_ssize_t start, length;
+    if (!PyArg_ParseTuple(args, "w*nn", &buf, &start, &length))
+        return NULL;
+    if (start < 0 || length < 0 || start > buf.len || length > buf.len - start) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "range outside the buffer");
+        return NULL;
+    }
+    int rc = 0, err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    rc = madvise((char *)buf.buf + start, (size_t)length, MADV_POPULATE_WRITE);
+    err = errno;
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    if (rc != 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS, encode_run_doc},
     {"scan_records", scan_records, METH_VARARGS, scan_records_doc},
     {"build_items", build_items, METH_VARARGS, build_items_doc},
+    {"populate", populate, METH_VARARGS, populate_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,8 +17,7 @@ from store.layouts import BLANK, BLANK_MIN_LENGTH, MAGIC_BLANK
 from store.mapped_file import MappedFile
 from store.paths import is_offset_name, offset_to_name
 from store.recordio import encode_run, record_layout
-
-ENCODE_BUFFER_BYTES = 4 * 1024 * 1024  # records are encoded here, then written with one pwrite
+from store.segment_warmer import SegmentWarmer
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class CommitLog:
         self.end = 0
         self._dirty: set[int] = set()  # base offsets of segments written since the last flush
         self._dirty_lock = threading.Lock()
-        self._scratch = bytearray()
+        self._warmer = SegmentWarmer(self._segment_for, file_size)
         self._load_segments()
 
     # -- files --------------------------------------------------------------------------------
@@ -108,11 +107,11 @@ class CommitLog:
         while done < n:
             seg = self._segment_for(self.end) or self._new_segment(self.end)
             pos = self.end % self.file_size
-            out = self._encode_buffer(items[done][0])
-            count, written = encode_run(out, pos, self.file_size, layout, items, done, queue_offsets, phys,
-                                        self.end - pos, store_timestamp, store_host.address, store_host.port)
+            count, written = encode_run(memoryview(seg.buf)[pos:], pos, self.file_size, layout, items, done,
+                                        queue_offsets, phys, self.end - pos, store_timestamp, store_host.address,
+                                        store_host.port)
             if written:
-                seg.write_through(pos, memoryview(out)[:written])
+                seg.mark_dirty(pos, pos + written)
                 with self._dirty_lock:
                     self._dirty.add(self.end - pos)
             self.end += written
@@ -123,12 +122,8 @@ class CommitLog:
                                      f"segment")
                 self._write(self.end, codec.encode_blank(self.file_size - pos))
                 self.end += self.file_size - pos
+        self._warmer.advance(self.end)
         return phys
-
-    def _encode_buffer(self, at_least: int) -> bytearray:
-        if len(self._scratch) < at_least:
-            self._scratch = bytearray(max(at_least, ENCODE_BUFFER_BYTES))
-        return self._scratch
 
     def _write(self, phys: int, data: bytes) -> None:
         seg = self._segment_for(phys)
@@ -139,14 +134,17 @@ class CommitLog:
         with self._dirty_lock:
             self._dirty.add(phys - pos)
 
-    def flush(self) -> None:
+    def dirty_files(self) -> list[MappedFile]:
+        """Segments written since the last call, their dirty marks taken."""
         with self._dirty_lock:
             dirty = sorted(self._dirty)
             self._dirty.clear()
-        for base in dirty:
-            seg = self._segment_for(base)
-            if seg is not None:
-                seg.flush()
+        segments = [self._segment_for(base) for base in dirty]
+        return [seg for seg in segments if seg is not None and seg.take_dirty()]
+
+    def flush(self) -> None:
+        for seg in self.dirty_files():
+            seg.sync()
 
     # -- reading -----------------------------------------------------------------------------
     def view(self, phys: int) -> tuple[MappedFile, int]:
@@ -264,6 +262,7 @@ class CommitLog:
         self.end = end
 
     def close(self) -> None:
+        self._warmer.stop()
         for seg in self._segments:
             seg.close()
         self._segments.clear()

@@ -191,9 +191,8 @@ class ConsumeQueue:
                 hi = mid
         return lo
 
-    def flush(self) -> None:
-        for f in self._files[-2:]:
-            f.flush()
+    def dirty_files(self) -> list[MappedFile]:
+        return [f for f in self._files if f.take_dirty()]
 
     def close(self) -> None:
         for f in self._files:
@@ -244,9 +243,9 @@ class ConsumeQueues:
             result.setdefault(topic, []).append(cq)
         return result
 
-    def flush(self) -> None:
-        for cq in self._queues.values():
-            cq.flush()
+    def dirty_files(self) -> list[MappedFile]:
+        """Files of every queue written since the last call, their dirty marks taken."""
+        return [f for cq in self._queues.values() for f in cq.dirty_files()]
 
     def close(self) -> None:
         for cq in self._queues.values():

@@ -233,9 +233,9 @@ class IndexService:
             rebuild_from = self.files[-1].end_phys if self.files else 0
         return rebuild_from
 
-    def flush(self) -> None:
-        if self.files:
-            self.files[-1].flush()
+    def dirty_files(self) -> list[MappedFile]:
+        """Index files written since the last call (a full one too), their dirty marks taken."""
+        return [f.file for f in self.files if f.file.take_dirty()]
 
     def close(self) -> None:
         for f in self.files:

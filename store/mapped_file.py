@@ -56,17 +56,6 @@ class MappedFile:
         if end > self._dirty_to:
             self._dirty_to = end
 
-    def write_through(self, pos: int, data) -> None:
-        """Write with pwrite rather than through the mapping: a large sequential write then
-        costs what a plain file write does, without faulting in each page of the mapping (the
-        mapping sees the same page cache)."""
-        if self._fd is None:
-            raise OSError(f"{self.path} is not open for writing")
-        done = 0
-        while done < len(data):
-            done += os.pwrite(self._fd, data[done:], pos + done)
-        self.mark_dirty(pos, pos + len(data))
-
     def mark_dirty(self, pos: int, end: int) -> None:
         """Record a write made through another view of the mapping (a numpy array)."""
         self._dirty_from = min(self._dirty_from, pos)
@@ -87,14 +76,23 @@ class MappedFile:
             self.write(pos, zeros[:n])
             pos += n
 
-    def flush(self) -> None:
-        """Make every write so far durable (msync of the dirty pages)."""
-        if not self.writable or self._dirty_to <= self._dirty_from:
-            return
-        start = self._dirty_from - self._dirty_from % PAGE
-        self.buf.flush(start, self._dirty_to - start)
+    def take_dirty(self) -> bool:
+        """Whether anything was written since the last call; the caller then syncs the file."""
+        dirty = self.writable and self._dirty_to > self._dirty_from
         self._dirty_from = self.size
         self._dirty_to = 0
+        return dirty
+
+    def sync(self) -> None:
+        """Make the file's written pages durable, through the mapping or not. fdatasync lets
+        other threads run meanwhile (mmap.flush would hold the interpreter lock)."""
+        if self._fd is not None:
+            os.fdatasync(self._fd)
+
+    def flush(self) -> None:
+        """Make every write so far durable."""
+        if self.take_dirty():
+            self.sync()
 
     def close(self) -> None:
         if isinstance(self.buf, mmap.mmap) and not self.buf.closed:

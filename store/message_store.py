@@ -86,6 +86,7 @@ class MessageStore:
         self.recovery: RecoveryResult | None = None
         self.abnormal_shutdown = False
         self._lock = threading.RLock()
+        self._flush_lock = threading.RLock()  # taken before _lock, never after
         self._lock_fd: int | None = None
         self._closed = False
         self._flusher: threading.Thread | None = None
@@ -199,13 +200,14 @@ class MessageStore:
         """Make everything written so far durable and record it in the checkpoint."""
         if self.read_only:
             return
-        with self._lock:
-            if self._closed:
-                return
-            self.commitlog.flush()
-            self.queues.flush()
-            self.index.flush()
-            ts = self.dispatcher.last_store_timestamp
+        with self._flush_lock:
+            with self._lock:  # only to collect what to sync: writers go on during the syncs
+                if self._closed:
+                    return
+                files = self.commitlog.dirty_files() + self.queues.dirty_files() + self.index.dirty_files()
+                ts = self.dispatcher.last_store_timestamp
+            for f in files:
+                f.sync()
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
 
     def close(self) -> None:
@@ -214,7 +216,7 @@ class MessageStore:
         self._stop_flusher.set()
         if self._flusher is not None:
             self._flusher.join()
-        with self._lock:
+        with self._flush_lock, self._lock:
             if not self.read_only:
                 self.flush()
             self._closed = True

@@ -1,0 +1,58 @@
+"""The commit log warmer: faults pages in ahead of the writer, never changes them, stops cleanly."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from store.mapped_file import PAGE, MappedFile
+from store.recordio import populate
+from store.segment_warmer import SegmentWarmer
+
+
+def wait_for(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.001)
+
+
+def test_populate_keeps_what_is_written(tmp_path):
+    f = MappedFile(tmp_path / "seg", 16 * PAGE, writable=True, create=True)
+    f.write(PAGE + 10, b"record bytes")
+    populate(f.buf, 0, 16 * PAGE)
+    assert f.buf[PAGE + 10 : PAGE + 22] == b"record bytes"
+    assert f.nonzero_bytes(0) == len(b"record bytes")
+    f.close()
+
+
+def test_warmer_runs_ahead_of_the_writer_across_segments_and_stops(tmp_path):
+    size = 8 * PAGE
+    segments = [MappedFile(tmp_path / f"seg{i}", size, writable=True, create=True) for i in range(2)]
+    segments[0].write(0, b"x" * 100)
+
+    def segment_at(phys):
+        i = phys // size
+        return segments[i] if i < len(segments) else None
+
+    warmer = SegmentWarmer(segment_at, size, ahead=4 * PAGE, step=PAGE)
+    warmer.advance(100)
+    wait_for(lambda: warmer._warmed_to >= 4 * PAGE + 100 - 100 % PAGE)
+    warmer.advance(7 * PAGE)  # the ahead window now reaches into the second segment
+    wait_for(lambda: warmer._warmed_to >= 11 * PAGE)
+    assert segments[0].buf[:100] == b"x" * 100
+    warmer.stop()
+    assert not any(t.name == "mqlens-warmer" for t in threading.enumerate())
+    for seg in segments:
+        seg.close()  # no export of the mappings is left behind
+
+
+def test_warmer_gives_up_quietly_on_a_read_only_segment(tmp_path):
+    path = tmp_path / "seg"
+    MappedFile(path, 4 * PAGE, writable=True, create=True).close()
+    read_only = MappedFile(path, 4 * PAGE, writable=False)
+    warmer = SegmentWarmer(lambda phys: read_only, 4 * PAGE, ahead=2 * PAGE, step=PAGE)
+    warmer.advance(0)
+    wait_for(lambda: warmer._stopped)
+    warmer.stop()
+    read_only.close()
