@@ -794,11 +794,77 @@ static PyObject *populate(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* assign_queue_offsets                                                                      */
+
+PyDoc_STRVAR(assign_queue_offsets_doc,
+"assign_queue_offsets(planned, table, initial, offsets_out) -> advanced\n\n"
+"The queue offset of each planned (item, topic, unique key), from RocketMQ's topic-queue table\n"
+"`table` {(topic bytes, queue id): next offset}, or `initial(topic bytes, queue id)` for a queue\n"
+"not in it. Offsets go to offsets_out (int64 buffer); the returned dict holds the table's new\n"
+"entries, for the caller to keep once the records are written.");
+
+static PyObject *assign_queue_offsets(PyObject *self, PyObject *args)
+{
+    PyObject *planned, *table, *initial;
+    Py_buffer out = {0};
+    if (!PyArg_ParseTuple(args, "O!O!Ow*", &PyList_Type, &planned, &PyDict_Type, &table, &initial, &out))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(planned);
+    PyObject *advanced = NULL;
+    if (out.len < n * 8) {
+        PyErr_SetString(PyExc_ValueError, "offsets_out is too short");
+        goto done;
+    }
+    advanced = PyDict_New();
+    if (!advanced)
+        goto done;
+    int64_t *offsets = (int64_t *)out.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = PyList_GET_ITEM(planned, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 1 || !PyTuple_Check(PyTuple_GET_ITEM(entry, 0)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 0)) < 3) {
+            PyErr_SetString(PyExc_TypeError, "planned entries are (item, topic, unique key)");
+            goto fail;
+        }
+        PyObject *item = PyTuple_GET_ITEM(entry, 0);
+        PyObject *key = PyTuple_Pack(2, PyTuple_GET_ITEM(item, 1), PyTuple_GET_ITEM(item, 2));
+        if (!key)
+            goto fail;
+        PyObject *found = PyDict_GetItemWithError(advanced, key);
+        if (!found && !PyErr_Occurred())
+            found = PyDict_GetItemWithError(table, key);
+        PyObject *start = NULL;
+        if (!found && !PyErr_Occurred())
+            found = start = PyObject_CallObject(initial, key);
+        long long offset = found ? PyLong_AsLongLong(found) : -1;
+        Py_XDECREF(start);
+        if (offset == -1 && PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        offsets[i] = offset;
+        PyObject *next = PyLong_FromLongLong(offset + 1);
+        int failed = !next || PyDict_SetItem(advanced, key, next) < 0;
+        Py_XDECREF(next);
+        Py_DECREF(key);
+        if (failed)
+            goto fail;
+    }
+    goto done;
+fail:
+    Py_CLEAR(advanced);
+done:
+    PyBuffer_Release(&out);
+    return advanced;
+}
+
 static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS, encode_run_doc},
     {"scan_records", scan_records, METH_VARARGS, scan_records_doc},
     {"build_items", build_items, METH_VARARGS, build_items_doc},
     {"populate", populate, METH_VARARGS, populate_doc},
+    {"assign_queue_offsets", assign_queue_offsets, METH_VARARGS, assign_queue_offsets_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -33,6 +33,7 @@ from store.hosts import HostAddress
 from store.index import IndexService
 from store.paths import LOCK_CONTENT, StorePaths
 from store.record_builder import NewMessage, RecordBuilder
+from store.recordio import assign_queue_offsets
 
 MAX_QUERY_RESULTS = 10_000
 
@@ -266,20 +267,13 @@ class MessageStore:
     def _assign_queue_offsets(self, planned: list[tuple[tuple, str, str]]) -> tuple[np.ndarray, dict]:
         """Queue offsets from RocketMQ's topic-queue table (the next offset of each queue, ahead
         of dispatch), and the table's new entries, to keep once the records are written."""
-        table = self._queue_offsets
-        advanced: dict[tuple[bytes, int], int] = {}
-        offsets = []
-        for item, _, _ in planned:
-            key = (item[1], item[2])
-            offset = advanced.get(key)
-            if offset is None:
-                offset = table.get(key)
-                if offset is None:
-                    cq = self.queues.get(item[1].decode(), item[2])
-                    offset = cq.max_offset if cq is not None else 0
-            advanced[key] = offset + 1
-            offsets.append(offset)
-        return np.array(offsets, dtype=np.int64), advanced
+        offsets = np.empty(len(planned), dtype=np.int64)
+        advanced = assign_queue_offsets(planned, self._queue_offsets, self._queue_end, offsets)
+        return offsets, advanced
+
+    def _queue_end(self, topic: bytes, queue_id: int) -> int:
+        cq = self.queues.get(topic.decode("utf-8"), queue_id)
+        return cq.max_offset if cq is not None else 0
 
     # -- reading -----------------------------------------------------------------------------
     def read(self, phys_offset: int) -> StoredMessage:

@@ -248,3 +248,31 @@ def test_compiled_builder_creates_unique_keys_in_rocketmq_layout():
     item = built[0][0]
     values = {"UNIQ_KEY": keys[0], "CLUSTER": "DefaultCluster"}
     assert item[10] == format_properties({n: values[n] for n in java_hashmap_order(values)}).encode()
+
+
+def test_assign_queue_offsets_numbers_each_queue_from_the_table_or_its_end():
+    from store.recordio import assign_queue_offsets
+
+    def planned(topic: bytes, queue_id: int):
+        return ((0, topic, queue_id), topic.decode(), "u")
+
+    table = {(b"A", 0): 7}
+    asked = []
+
+    def initial(topic, queue_id):
+        asked.append((topic, queue_id))
+        return 40
+
+    batch = [planned(b"A", 0), planned(b"B", 1), planned(b"A", 0), planned(b"B", 1), planned(b"A", 1)]
+    offsets = np.empty(len(batch), dtype=np.int64)
+    advanced = assign_queue_offsets(batch, table, initial, offsets)
+    assert offsets.tolist() == [7, 40, 8, 41, 40]
+    assert advanced == {(b"A", 0): 9, (b"B", 1): 42, (b"A", 1): 41}
+    assert table == {(b"A", 0): 7}  # the caller keeps the new entries once the records are written
+    assert asked == [(b"B", 1), (b"A", 1)]
+    with pytest.raises(TypeError):
+        assign_queue_offsets([("not a plan",)], table, initial, offsets)
+    with pytest.raises(ValueError):
+        assign_queue_offsets(batch, table, initial, offsets[:2])
+    with pytest.raises(ZeroDivisionError):
+        assign_queue_offsets([planned(b"C", 0)], table, lambda t, q: 1 // 0, offsets)
