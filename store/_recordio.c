@@ -859,11 +859,73 @@ done:
     return advanced;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* put_results                                                                               */
+
+PyDoc_STRVAR(put_results_doc,
+"put_results(result_type, planned, queue_offsets, phys, store_ts, store_host) -> list\n\n"
+"One result_type (a tuple subclass of (topic, queue id, queue offset, phys offset, size,\n"
+"unique key, store time, store host)) per planned (item, topic, unique key); queue_offsets and\n"
+"phys are int64 buffers.");
+
+static PyObject *put_results(PyObject *self, PyObject *args)
+{
+    PyTypeObject *type;
+    PyObject *planned, *store_ts, *host;
+    Py_buffer offsets = {0}, phys = {0};
+    if (!PyArg_ParseTuple(args, "O!O!y*y*OO", &PyType_Type, &type, &PyList_Type, &planned, &offsets, &phys,
+                          &store_ts, &host))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(planned);
+    if (!PyType_IsSubtype(type, &PyTuple_Type) || offsets.len < n * 8 || phys.len < n * 8) {
+        PyErr_SetString(PyExc_ValueError, "a tuple type and int64 buffers as long as planned are needed");
+        goto done;
+    }
+    result = PyList_New(n);
+    if (!result)
+        goto done;
+    const int64_t *queue_offsets = (const int64_t *)offsets.buf, *phys_offsets = (const int64_t *)phys.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = PyList_GET_ITEM(planned, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3 || !PyTuple_Check(PyTuple_GET_ITEM(entry, 0)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 0)) < 3) {
+            PyErr_SetString(PyExc_TypeError, "planned entries are (item, topic, unique key)");
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyObject *item = PyTuple_GET_ITEM(entry, 0);
+        PyObject *r = type->tp_alloc(type, 8);
+        if (!r) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyTuple_SET_ITEM(r, 0, Py_NewRef(PyTuple_GET_ITEM(entry, 1)));
+        PyTuple_SET_ITEM(r, 1, Py_NewRef(PyTuple_GET_ITEM(item, 2)));
+        PyTuple_SET_ITEM(r, 2, PyLong_FromLongLong(queue_offsets[i]));
+        PyTuple_SET_ITEM(r, 3, PyLong_FromLongLong(phys_offsets[i]));
+        PyTuple_SET_ITEM(r, 4, Py_NewRef(PyTuple_GET_ITEM(item, 0)));
+        PyTuple_SET_ITEM(r, 5, Py_NewRef(PyTuple_GET_ITEM(entry, 2)));
+        PyTuple_SET_ITEM(r, 6, Py_NewRef(store_ts));
+        PyTuple_SET_ITEM(r, 7, Py_NewRef(host));
+        PyList_SET_ITEM(result, i, r);
+        if (!PyTuple_GET_ITEM(r, 2) || !PyTuple_GET_ITEM(r, 3)) {
+            Py_CLEAR(result);
+            goto done;
+        }
+    }
+done:
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&phys);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS, encode_run_doc},
     {"scan_records", scan_records, METH_VARARGS, scan_records_doc},
     {"build_items", build_items, METH_VARARGS, build_items_doc},
     {"populate", populate, METH_VARARGS, populate_doc},
+    {"put_results", put_results, METH_VARARGS, put_results_doc},
     {"assign_queue_offsets", assign_queue_offsets, METH_VARARGS, assign_queue_offsets_doc},
     {NULL, NULL, 0, NULL},
 };

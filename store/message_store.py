@@ -33,7 +33,7 @@ from store.hosts import HostAddress
 from store.index import IndexService
 from store.paths import LOCK_CONTENT, StorePaths
 from store.record_builder import NewMessage, RecordBuilder
-from store.recordio import assign_queue_offsets
+from store.recordio import assign_queue_offsets, put_results
 
 MAX_QUERY_RESULTS = 10_000
 
@@ -252,17 +252,12 @@ class MessageStore:
             planned = self._builder.build_many(list(messages), now)
             items = [item for item, _, _ in planned]
             queue_offsets, advanced = self._assign_queue_offsets(planned)
-            phys = self.commitlog.append_records(items, queue_offsets, now, self.store_host).tolist()
+            phys = self.commitlog.append_records(items, queue_offsets, now, self.store_host)
             self._queue_offsets.update(advanced)
             self.dispatcher.dispatch_pending()
             if self.config.flush == "sync":
                 self.commitlog.flush()
-        host = self.store_host
-        new = tuple.__new__
-        return [
-            new(PutResult, (topic, item[2], offset, at, item[0], unique_key, now, host))
-            for (item, topic, unique_key), offset, at in zip(planned, queue_offsets.tolist(), phys, strict=True)
-        ]
+        return put_results(PutResult, planned, queue_offsets, phys, now, self.store_host)
 
     def _assign_queue_offsets(self, planned: list[tuple[tuple, str, str]]) -> tuple[np.ndarray, dict]:
         """Queue offsets from RocketMQ's topic-queue table (the next offset of each queue, ahead
