@@ -920,11 +920,81 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* index_put                                                                                 */
+
+PyDoc_STRVAR(index_put_doc,
+"index_put(buf, layout, slots, entries, index_count, begin_ts, begin_phys, hashes, phys, times)\n"
+"    -> (count, index_count, new_slots, begin_ts, begin_phys)\n\n"
+"IndexFile.putKey for keys in order (int64 buffers of index hashes, physical offsets and store\n"
+"times) until the file is full. layout: (slot table offset, slot size, entries offset, entry\n"
+"size, and the offsets in an entry of hash, phys, time diff and previous entry). Entry 1 of a\n"
+"file sets its begin time and offset. Returns how many keys went in, the next entry number,\n"
+"how many slots were empty before, and the (possibly new) begin time and offset.");
+
+static PyObject *index_put(PyObject *self, PyObject *args)
+{
+    Py_buffer buf = {0}, hashes = {0}, phys = {0}, times = {0};
+    Py_ssize_t slot_table, slot_size, entries_at, entry_size, e_hash, e_phys, e_diff, e_prev;
+    long long slots, entries, index_count, begin_ts, begin_phys;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "w*(nnnnnnnn)LLLLLy*y*y*", &buf, &slot_table, &slot_size, &entries_at, &entry_size,
+                          &e_hash, &e_phys, &e_diff, &e_prev, &slots, &entries, &index_count, &begin_ts,
+                          &begin_phys, &hashes, &phys, &times))
+        return NULL;
+    Py_ssize_t n = hashes.len / 8;
+    if (phys.len / 8 < n || times.len / 8 < n || slots <= 0 || entries_at + entries * entry_size > buf.len ||
+        slot_table + slots * slot_size > entries_at || index_count < 1) {
+        PyErr_SetString(PyExc_ValueError, "index geometry or key arrays do not match");
+        goto done;
+    }
+    unsigned char *base = (unsigned char *)buf.buf;
+    const int64_t *h = (const int64_t *)hashes.buf, *p = (const int64_t *)phys.buf, *t = (const int64_t *)times.buf;
+    Py_ssize_t i = 0;
+    long long new_slots = 0;
+    for (; i < n && index_count < entries; i++) {
+        unsigned char *slot = base + slot_table + (h[i] % slots) * slot_size;
+        int64_t prev = get_be(slot, (int)slot_size);
+        if (prev <= 0 || prev > index_count)
+            prev = 0;
+        int64_t diff = 0;
+        if (index_count == 1) {
+            if (begin_ts > 0)
+                diff = (t[i] - begin_ts) / 1000;
+            begin_ts = t[i];
+            begin_phys = p[i];
+        } else if (begin_ts > 0) {
+            diff = (t[i] - begin_ts) / 1000;
+        }
+        if (diff < 0)
+            diff = 0;
+        if (diff > INT32_MAX)
+            diff = INT32_MAX;
+        unsigned char *entry = base + entries_at + index_count * entry_size;
+        put_be(entry + e_hash, (uint32_t)h[i], 4);
+        put_be(entry + e_phys, (uint64_t)p[i], 8);
+        put_be(entry + e_diff, (uint32_t)diff, 4);
+        put_be(entry + e_prev, (uint32_t)prev, 4);
+        put_be(slot, (uint32_t)index_count, (int)slot_size);
+        if (prev == 0)
+            new_slots++;
+        index_count++;
+    }
+    result = Py_BuildValue("nLLLL", i, index_count, new_slots, begin_ts, begin_phys);
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&hashes);
+    PyBuffer_Release(&phys);
+    PyBuffer_Release(&times);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS, encode_run_doc},
     {"scan_records", scan_records, METH_VARARGS, scan_records_doc},
     {"build_items", build_items, METH_VARARGS, build_items_doc},
     {"populate", populate, METH_VARARGS, populate_doc},
+    {"index_put", index_put, METH_VARARGS, index_put_doc},
     {"put_results", put_results, METH_VARARGS, put_results_doc},
     {"assign_queue_offsets", assign_queue_offsets, METH_VARARGS, assign_queue_offsets_doc},
     {NULL, NULL, 0, NULL},

@@ -10,14 +10,10 @@ import numpy as np
 
 from store.errors import ReadOnlyStoreError
 from store.javahash import index_key_hash, index_key_hashes
-from store.layouts import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT
+from store.layouts import INDEX_ENTRY, INDEX_ENTRY_FIELDS, INDEX_HEADER, INDEX_SLOT, field_offset
 from store.mapped_file import MappedFile
 from store.paths import index_name_for, is_index_name
-
-MAX_TIME_DIFF = 0x7FFFFFFF
-# INDEX_ENTRY as a numpy record, for writing many entries in one block.
-ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
-assert ENTRY_DTYPE.itemsize == INDEX_ENTRY.size
+from store.recordio import index_put
 
 
 def index_key(topic: str, key: str) -> str:
@@ -32,6 +28,9 @@ class IndexFile:
         size = INDEX_HEADER.size + slots * INDEX_SLOT.size + entries * INDEX_ENTRY.size
         self.file = MappedFile(path, size, writable=writable, create=create)
         self._entries_at = INDEX_HEADER.size + slots * INDEX_SLOT.size
+        self._layout = (INDEX_HEADER.size, INDEX_SLOT.size, self._entries_at, INDEX_ENTRY.size,
+                        *(field_offset(INDEX_ENTRY_FIELDS, name)
+                          for name in ("key_hash", "phys_offset", "time_diff", "prev_index")))
         (self.begin_timestamp, self.end_timestamp, self.begin_phys, self.end_phys,
          self.slot_count, self.index_count) = INDEX_HEADER.unpack_from(self.file.buf, 0)
         if self.index_count <= 0:
@@ -58,53 +57,18 @@ class IndexFile:
                                              self.end_phys, self.slot_count, self.index_count))
 
     def put_many(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> int:
-        """putKey for many keys in order, as one block. Returns how many fit in this file."""
-        n = min(self.entries - self.index_count, len(hashes))
-        if n <= 0:
-            return 0
-        hashes, phys, times = hashes[:n], phys[:n], times[:n]
-        first = self.index_count
-        numbers = np.arange(first, first + n, dtype=np.int64)
-        slots = hashes % self.slots
-        slot_table = np.frombuffer(self.file.buf, dtype=">i4", count=self.slots, offset=INDEX_HEADER.size)
-        old = slot_table[slots].astype(np.int64)
-        old[(old <= 0) | (old > first)] = 0
-        # Within the batch, each entry chains to the previous entry of its slot.
-        order = np.argsort(slots, kind="stable")
-        sorted_slots = slots[order]
-        follows = np.zeros(n, dtype=bool)
-        follows[1:] = sorted_slots[1:] == sorted_slots[:-1]
-        sorted_numbers = numbers[order]
-        prev_sorted = old[order]
-        prev_sorted[follows] = sorted_numbers[:-1][follows[1:]]
-        prev = np.empty(n, dtype=np.int64)
-        prev[order] = prev_sorted
-        diffs = np.empty(n, dtype=np.int64)
-        begin = self.begin_timestamp
-        start = 0
-        if first <= 1:  # the first entry is timed against the previous file's end
-            diffs[0] = 0 if begin <= 0 else min(max((int(times[0]) - begin) // 1000, 0), MAX_TIME_DIFF)
-            begin = self.begin_timestamp = int(times[0])
-            self.begin_phys = int(phys[0])
-            start = 1
-        if begin <= 0:
-            diffs[start:] = 0
-        else:
-            diffs[start:] = np.clip((times[start:] - begin) // 1000, 0, MAX_TIME_DIFF)
-        block = np.empty(n, dtype=ENTRY_DTYPE)
-        block["hash"], block["phys"], block["diff"], block["prev"] = hashes, phys, diffs, prev
-        self.file.write(self._entries_at + first * INDEX_ENTRY.size, block.tobytes())
-        last_in_slot = np.ones(n, dtype=bool)
-        last_in_slot[:-1] = ~follows[1:]
-        slot_table[sorted_slots[last_in_slot]] = sorted_numbers[last_in_slot]
-        self.file.mark_dirty(INDEX_HEADER.size, self._entries_at)
-        first_in_slot = ~follows
-        self.slot_count += int(np.count_nonzero(prev_sorted[first_in_slot] == 0))
-        self.index_count += n
-        self.end_phys = int(phys[-1])
-        self.end_timestamp = int(times[-1])
-        self._write_header()
-        return n
+        """putKey for many keys in order. Returns how many fit in this file."""
+        count, self.index_count, new_slots, self.begin_timestamp, self.begin_phys = index_put(
+            self.file.buf, self._layout, self.slots, self.entries, self.index_count, self.begin_timestamp,
+            self.begin_phys, np.ascontiguousarray(hashes, dtype=np.int64),
+            np.ascontiguousarray(phys, dtype=np.int64), np.ascontiguousarray(times, dtype=np.int64))
+        if count:
+            self.slot_count += new_slots
+            self.end_phys = int(phys[count - 1])
+            self.end_timestamp = int(times[count - 1])
+            self.file.mark_dirty(INDEX_HEADER.size, self._entries_at + self.index_count * INDEX_ENTRY.size)
+            self._write_header()
+        return count
 
     def entry(self, number: int) -> tuple[int, int, int, int]:
         return INDEX_ENTRY.unpack_from(self.file.buf, self._entries_at + number * INDEX_ENTRY.size)

@@ -59,12 +59,13 @@ INDEX_HEADER = struct.Struct(
     "i"  # indexCount: next entry number (entry 0 unused)
 )
 INDEX_SLOT = struct.Struct(">i")  # newest entry number in the slot's chain, 0 = empty
-INDEX_ENTRY = struct.Struct(
-    ">i"  # keyHash
-    "q"  # commit log physical offset
-    "i"  # timeDiff in seconds from beginTimestamp
-    "i"  # previous entry number in the chain
+INDEX_ENTRY_FIELDS = (
+    ("key_hash", "i"),  # keyHash
+    ("phys_offset", "q"),  # commit log physical offset
+    ("time_diff", "i"),  # timeDiff in seconds from beginTimestamp
+    ("prev_index", "i"),  # previous entry number in the chain
 )
+INDEX_ENTRY = struct.Struct(">" + "".join(code for _, code in INDEX_ENTRY_FIELDS))
 
 # Checkpoint file: one page of big-endian longs.
 CHECKPOINT_SIZE = 4096

@@ -9,7 +9,15 @@ from functools import lru_cache
 
 import numpy as np
 
-from store._recordio import assign_queue_offsets, build_items, encode_run, populate, put_results, scan_records
+from store._recordio import (
+    assign_queue_offsets,
+    build_items,
+    encode_run,
+    index_put,
+    populate,
+    put_results,
+    scan_records,
+)
 from store.codec import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG
 from store.layouts import (
     BLANK_MIN_LENGTH,
@@ -30,7 +38,8 @@ from store.layouts import (
 )
 
 __all__ = [
-    "assign_queue_offsets", "build_items", "encode_run", "populate", "put_results", "scan_records", "record_layout",
+    "assign_queue_offsets", "build_items", "encode_run", "index_put", "populate", "put_results", "scan_records",
+    "record_layout",
     "SCANNED_RECORD", "SCANNED_KEY", "NO_DELAY_LEVEL", "SCAN_END", "SCAN_BLANK", "SCAN_SLOW", "SCAN_FULL",
 ]
 
