@@ -276,3 +276,18 @@ def test_assign_queue_offsets_numbers_each_queue_from_the_table_or_its_end():
         assign_queue_offsets(batch, table, initial, offsets[:2])
     with pytest.raises(ZeroDivisionError):
         assign_queue_offsets([planned(b"C", 0)], table, lambda t, q: 1 // 0, offsets)
+
+
+def test_index_put_refuses_a_geometry_that_does_not_fit_the_buffer():
+    from store.recordio import index_put
+
+    keys = np.array([5], dtype=np.int64)
+    layout = (40, 4, 40 + 4 * 4, 20, 0, 4, 12, 16)
+    buf = bytearray(40 + 4 * 4 + 20 * 3)
+    assert index_put(buf, layout, 4, 3, 1, 0, 0, keys, keys, keys)[:3] == (1, 2, 1)
+    assert index_put(buf, layout, 4, 3, 2, 0, 0, keys, keys, keys)[:3] == (1, 3, 0)  # chains to entry 1
+    assert index_put(buf, layout, 4, 3, 3, 0, 0, keys, keys, keys)[:2] == (0, 3)  # full
+    with pytest.raises(ValueError):
+        index_put(buf, layout, 4, 30, 1, 0, 0, keys, keys, keys)
+    with pytest.raises(ValueError):
+        index_put(buf, layout, 0, 3, 1, 0, 0, keys, keys, keys)
