@@ -571,7 +571,7 @@ static PyObject *build_one(PyObject *msg, long long now, const BuildPlan *plan, 
     if (!PyUnicode_CheckExact(f[F_TOPIC]))
         goto fallback;
     PyObject *form = PyDict_GetItemWithError(plan->topic_forms, f[F_TOPIC]);
-    if (!form) {
+    if (!form || !PyTuple_Check(form) || PyTuple_GET_SIZE(form) < 4) {
         PyErr_Clear();
         goto fallback;
     }
@@ -580,7 +580,7 @@ static PyObject *build_one(PyObject *msg, long long now, const BuildPlan *plan, 
     long queue_id = small_int(f[F_QUEUE_ID], &ok);
     long flag = small_int(f[F_FLAG], &ok);
     long reconsume = small_int(f[F_RECONSUME], &ok);
-    if (!ok || queue_id < 0)
+    if (!ok || queue_id < 0 || queue_id >= PyLong_AsLong(PyTuple_GET_ITEM(form, 3)))
         goto fallback;
     long long born_ts = now;
     if (f[F_BORN_TS] != Py_None) {
@@ -690,7 +690,7 @@ PyDoc_STRVAR(build_items_doc,
 "build_items(messages, now, plan) -> list\n\n"
 "For each NewMessage of the common shape (no client properties, delay, compression or born host)\n"
 "its (record item, topic, unique key), as RecordBuilder.build makes them; None for any other,\n"
-"which the caller builds in Python. plan: (topic forms {topic: (bytes, magic, overhead)},\n"
+"which the caller builds in Python. plan: (topic forms {topic: (bytes, magic, overhead, queues)},\n"
 "HashMap orders of (CLUSTER, UNIQ_KEY [, TAGS] [, KEYS]) by 2*has_keys + has_tags as tuples of\n"
 "0 KEYS 1 UNIQ_KEY 2 TAGS 3 CLUSTER, cluster bytes, store address, store port, sys flag, fixed\n"
 "record size, max body, max record size, max properties bytes, unique key factory).");

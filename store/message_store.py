@@ -31,6 +31,8 @@ from store.errors import (
 from store.geometry import StoreGeometry
 from store.hosts import HostAddress
 from store.index import IndexService
+from store.metadata import Metadata, TopicConfig
+from store.offsets import ConsumerOffsets
 from store.paths import LOCK_CONTENT, StorePaths
 from store.record_builder import NewMessage, RecordBuilder
 from store.recordio import assign_queue_offsets, put_results
@@ -51,6 +53,7 @@ class StoreConfig:
     cluster: str = "DefaultCluster"
     delay_levels: str = DEFAULT_DELAY_LEVELS
     default_queue_count: int = 4
+    auto_create_topics: bool = True
     max_message_bytes: int = 4 * 1024 * 1024
 
 
@@ -94,6 +97,8 @@ class MessageStore:
         self._stop_flusher = threading.Event()
         self._queue_offsets: dict[tuple[bytes, int], int] = {}
         self.commitlog: CommitLog
+        self.metadata: Metadata
+        self.offsets: ConsumerOffsets
         self._builder: RecordBuilder
         self.queues: ConsumeQueues
         self.index: IndexService
@@ -125,6 +130,16 @@ class MessageStore:
                                   self.clock, writable=False)
         self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index, self.delay_levels)
         self.dispatcher.dispatched_to = self.commitlog.end
+        self._open_config(writable=False)
+
+    def _open_config(self, *, writable: bool) -> None:
+        """Topic and group metadata and consumer offsets, from config/ (absent in a bare store)."""
+        self.metadata = Metadata(self.paths.config, auto_create_topics=self.config.auto_create_topics,
+                                 default_queues=self.config.default_queue_count,
+                                 schedule_queues=self.delay_levels.max_level, writable=writable)
+        self.metadata.adopt({topic: max(cq.queue_id for cq in queues) + 1
+                             for topic, queues in self.queues.topics().items()})
+        self.offsets = ConsumerOffsets(self.paths.config)
 
     def _open_read_write(self) -> None:
         root = self.paths.root
@@ -135,10 +150,6 @@ class MessageStore:
         self.abnormal_shutdown = self.paths.abort.exists()
         self.paths.abort.touch()
         self.commitlog = CommitLog(self.paths.commitlog, self.geometry.commitlog_file_size, writable=True)
-        self._builder = RecordBuilder(
-            self.store_host, self.config.cluster, self.delay_levels, self.config.default_queue_count,
-            self.config.max_message_bytes, self.commitlog.max_record_size(),
-            ids.UniqueKeyFactory(self.store_host, self.clock))
         self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
         if self.recovery.truncated_bytes:
             self.commitlog.truncate_after(self.recovery.end)
@@ -152,6 +163,11 @@ class MessageStore:
         self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index, self.delay_levels)
         self.dispatcher.dispatched_to = self._replay_start(index_rebuild_from)
         self.dispatcher.dispatch_pending()
+        self._open_config(writable=True)
+        self._builder = RecordBuilder(
+            self.store_host, self.config.cluster, self.delay_levels, self.metadata.topic_for_send,
+            self.config.max_message_bytes, self.commitlog.max_record_size(),
+            ids.UniqueKeyFactory(self.store_host, self.clock))
         if self.config.flush == "async":
             self._flusher = threading.Thread(target=self._flush_loop, name="mqlens-flush", daemon=True)
             self._flusher.start()
@@ -210,6 +226,7 @@ class MessageStore:
             for f in files:
                 f.sync()
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
+            self.offsets.persist()
 
     def close(self) -> None:
         if self._closed:
@@ -334,6 +351,15 @@ class MessageStore:
                             max_results: int = DEFAULT_QUERY_MAX) -> QueryResult:
         """Messages of `topic` whose UNIQ_KEY equals `unique_key`, newest first."""
         return self._query(topic, unique_key, begin, end, max_results, lambda m: m.unique_key == unique_key)
+
+    def put_topic(self, config: TopicConfig) -> TopicConfig:
+        """Create a topic or change its queue count or permission."""
+        if self.read_only:
+            raise ReadOnlyStoreError("the store is open read-only")
+        with self._lock:
+            self.metadata.put_topic(config)
+            self._builder.forget_topic(config.name)
+        return config
 
     def topics(self) -> dict[str, list[tuple[int, int, int]]]:
         """topic -> [(queue_id, min_offset, max_offset)]"""

@@ -17,6 +17,7 @@ from store.delay_levels import DelayLevels
 from store.errors import InvalidMessageError
 from store.hosts import HostAddress
 from store.layouts import MAGIC_V1, MAGIC_V2, PROPERTIES_LEN, TOPIC_LEN_V1, TOPIC_LEN_V2
+from store.metadata import TopicConfig
 from store.properties import (
     MAX_PROPERTIES_BYTES,
     NAME_VALUE_SEPARATOR,
@@ -56,6 +57,7 @@ class _TopicForm(NamedTuple):
     encoded: bytes
     magic: int
     overhead: int  # topic length field + topic + properties length field
+    queues: int
 
 
 @dataclass(frozen=True)
@@ -80,14 +82,15 @@ class RecordBuilder:
     (size, topic bytes, queue id, flag, sys flag, born time, born address, born port,
     reconsume times, stored body, properties bytes, magic)."""
 
-    def __init__(self, store_host: HostAddress, cluster: str, delay_levels: DelayLevels, default_queue_count: int,
-                 max_message_bytes: int, max_record_size: int, unique_keys: ids.UniqueKeyFactory):
+    def __init__(self, store_host: HostAddress, cluster: str, delay_levels: DelayLevels,
+                 topic_for_send: Callable[[str], TopicConfig], max_message_bytes: int, max_record_size: int,
+                 unique_keys: ids.UniqueKeyFactory):
         if not cluster or _has_separator(cluster):
             raise ValueError(f"invalid cluster name {cluster!r}")
         self.store_host = store_host
         self.cluster = cluster
         self.delay_levels = delay_levels
-        self.default_queue_count = default_queue_count
+        self.topic_for_send = topic_for_send
         self.max_message_bytes = max_message_bytes
         self.max_record_size = max_record_size
         self.unique_keys = unique_keys
@@ -139,9 +142,9 @@ class RecordBuilder:
             body = bytes(body)
         if len(body) > self.max_message_bytes:
             raise InvalidMessageError(f"body of {len(body)} bytes exceeds {self.max_message_bytes}")
-        queue_id = self._next_queue_id(topic) if m.queue_id is None else m.queue_id
-        if type(queue_id) is not int or not 0 <= queue_id <= INT32_MAX:
-            raise InvalidMessageError(f"invalid queue id {queue_id!r}")
+        queue_id = self._next_queue_id(topic, form.queues) if m.queue_id is None else m.queue_id
+        if type(queue_id) is not int or not 0 <= queue_id < form.queues:
+            raise InvalidMessageError(f"invalid queue id {queue_id!r}: topic {topic} has queues 0 to {form.queues - 1}")
         _check_int32("flag", m.flag)
         _check_int32("reconsume_times", m.reconsume_times)
         props = self._client_properties(m.properties) if m.properties else {}
@@ -227,16 +230,26 @@ class RecordBuilder:
         return form
 
     def _topic_form(self, topic: str) -> _TopicForm:
-        encoded = topics.validate_topic(topic).encode("utf-8")
+        topics.validate_topic(topic)
+        config = self.topic_for_send(topic)
+        if not config.writable:
+            raise InvalidMessageError(f"topic {topic} does not accept messages (permission {config.perm})")
+        encoded = topic.encode("utf-8")
         magic = MAGIC_V1 if len(encoded) <= codec.MAX_TOPIC_BYTES_V1 else MAGIC_V2
         length_field = TOPIC_LEN_V1.size if magic == MAGIC_V1 else TOPIC_LEN_V2.size
-        form = self._topics[topic] = _TopicForm(encoded, magic, length_field + len(encoded) + PROPERTIES_LEN.size)
+        form = self._topics[topic] = _TopicForm(encoded, magic, length_field + len(encoded) + PROPERTIES_LEN.size,
+                                                config.queues)
         return form
 
-    def _next_queue_id(self, topic: str) -> int:
+    def forget_topic(self, topic: str) -> None:
+        """Drop what was cached of a topic whose settings changed."""
+        self._topics.pop(topic, None)
+        self._round_robin.pop(topic, None)
+
+    def _next_queue_id(self, topic: str, queues: int) -> int:
         rr = self._round_robin.get(topic)
         if rr is None:
-            rr = self._round_robin[topic] = itertools.cycle(range(self.default_queue_count))
+            rr = self._round_robin[topic] = itertools.cycle(range(queues))
         return next(rr)
 
     def _host(self, text: str) -> HostAddress:

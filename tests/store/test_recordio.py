@@ -16,6 +16,7 @@ from store.errors import InvalidMessageError
 from store.hosts import HostAddress
 from store.ids import UniqueKeyFactory, decode_unique_key
 from store.layouts import MAGIC_V1, MAGIC_V2
+from store.metadata import TopicConfig
 from store.properties import format_properties, java_hashmap_order
 from store.record_builder import NewMessage, RecordBuilder
 from store.recordio import SCAN_BLANK, SCAN_END, SCAN_FULL, SCAN_SLOW, encode_run, record_layout, scan_records
@@ -188,8 +189,8 @@ def test_scanner_statuses():
 # -- building records ------------------------------------------------------------------------
 def builder(clock=None) -> RecordBuilder:
     clock = clock or FakeClock(1_700_000_000_000)
-    b = RecordBuilder(STORE_HOST, "DefaultCluster", DelayLevels(), 4, 4096, 1 << 20,
-                      UniqueKeyFactory(STORE_HOST, clock, pid=7, class_loader_hash=9))
+    b = RecordBuilder(STORE_HOST, "DefaultCluster", DelayLevels(), lambda name: TopicConfig(name, queues=4),
+                      4096, 1 << 20, UniqueKeyFactory(STORE_HOST, clock, pid=7, class_loader_hash=9))
     for topic in KNOWN_TOPICS:  # the compiled builder only takes topics the Python one has seen
         b.build(NewMessage(topic=topic, body=b""), 0)
     return b
@@ -204,7 +205,7 @@ new_messages = st.builds(
     tags=st.one_of(st.none(), key_text),
     keys=st.one_of(st.lists(key_text, max_size=3), st.tuples(key_text)),
     properties=st.one_of(st.just({}), st.dictionaries(st.sampled_from(["a", "b"]), key_text, max_size=2)),
-    queue_id=st.one_of(st.none(), st.integers(-2, 2**31 + 1)),
+    queue_id=st.one_of(st.none(), st.integers(0, 4), st.integers(-2, 2**31 + 1)),
     born_timestamp=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
     born_host=st.one_of(st.none(), st.just("[::1]:9")),
     flag=st.one_of(INT32, st.just(2**40)),

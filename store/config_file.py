@@ -1,0 +1,103 @@
+"""Broker config files (config/*.json): written so that a crash leaves the old or the new
+version, never a torn one, and read in RocketMQ's fastjson form as well as standard JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from store.errors import StoreError
+
+BACKUP_SUFFIX = ".bak"
+TEMP_SUFFIX = ".tmp"
+
+
+class ConfigFileError(StoreError):
+    """A config file and its backup are both unreadable."""
+
+
+def quote_integer_keys(text: str) -> str:
+    """fastjson writes map keys that are integers without quotes ({0:8,1:8}); quote them so
+    the text is standard JSON. Strings are copied as they are."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    expecting_key = False
+    while i < n:
+        c = text[i]
+        if c == '"':
+            end = i + 1
+            while end < n and text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            out.append(text[i : end + 1])
+            i = end + 1
+            expecting_key = False
+            continue
+        if c in "{,":
+            expecting_key = True
+        elif expecting_key and (c.isdigit() or c == "-"):
+            end = i + 1
+            while end < n and text[end].isdigit():
+                end += 1
+            rest = end
+            while rest < n and text[rest] in " \t\r\n":
+                rest += 1
+            if rest < n and text[rest] == ":":
+                out.append(f'"{text[i:end]}"')
+                i = end
+                expecting_key = False
+                continue
+        elif not c.isspace():
+            expecting_key = False
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def loads(text: str) -> Any:
+    return json.loads(quote_integer_keys(text))
+
+
+def read_config(path: Path) -> Any | None:
+    """The file's content, else its backup's (a crash between the two writes), else None when
+    neither exists. Raises ConfigFileError when what exists cannot be read."""
+    problems = []
+    for candidate in (path, path.with_name(path.name + BACKUP_SUFFIX)):
+        try:
+            text = candidate.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(f"{candidate.name}: {exc}")
+            continue
+        if not text.strip():  # RocketMQ treats an empty file as absent too
+            continue
+        try:
+            return loads(text)
+        except ValueError as exc:
+            problems.append(f"{candidate.name}: {exc}")
+    if problems:
+        raise ConfigFileError(f"cannot read {path}: " + "; ".join(problems))
+    return None
+
+
+def write_config(path: Path, content: Any) -> None:
+    """Write `content` as JSON: to a temporary file, synced, the previous version kept as .bak,
+    then renamed into place and the directory synced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(path.name + TEMP_SUFFIX)
+    data = json.dumps(content, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+    with open(temp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if path.exists():
+        shutil.copyfile(path, path.with_name(path.name + BACKUP_SUFFIX))
+    os.replace(temp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
