@@ -36,6 +36,7 @@ from store.offsets import ConsumerOffsets
 from store.paths import LOCK_CONTENT, StorePaths
 from store.record_builder import NewMessage, RecordBuilder
 from store.recordio import assign_queue_offsets, put_results
+from store.retry import SendBack, route_send_back
 
 MAX_QUERY_RESULTS = 10_000
 
@@ -266,15 +267,34 @@ class MessageStore:
             if self._closed:
                 raise StoreError("the store is closed")
             now = self.clock.now_ms()
-            planned = self._builder.build_many(list(messages), now)
-            items = [item for item, _, _ in planned]
-            queue_offsets, advanced = self._assign_queue_offsets(planned)
-            phys = self.commitlog.append_records(items, queue_offsets, now, self.store_host)
-            self._queue_offsets.update(advanced)
-            self.dispatcher.dispatch_pending()
-            if self.config.flush == "sync":
-                self.commitlog.flush()
+            return self._append_planned(self._builder.build_many(list(messages), now), now)
+
+    def _append_planned(self, planned: list[tuple[tuple, str, str]], now: int) -> list[PutResult]:
+        """Append built records, dispatch them and sync per the flush policy (store lock held)."""
+        items = [item for item, _, _ in planned]
+        queue_offsets, advanced = self._assign_queue_offsets(planned)
+        phys = self.commitlog.append_records(items, queue_offsets, now, self.store_host)
+        self._queue_offsets.update(advanced)
+        self.dispatcher.dispatch_pending()
+        if self.config.flush == "sync":
+            self.commitlog.flush()
         return put_results(PutResult, planned, queue_offsets, phys, now, self.store_host)
+
+    def send_back(self, phys_offset: int, group: str, delay_level: int = 0,
+                  max_reconsume_times: int | None = None) -> tuple[PutResult, SendBack]:
+        """A consumer of `group` failed the message at `phys_offset`: put its retry copy (via
+        SCHEDULE_TOPIC_XXXX) or, past the group's maximum, its dead letter."""
+        if self.read_only:
+            raise ReadOnlyStoreError("the store is open read-only")
+        original = self.read(phys_offset)
+        route = route_send_back(original, self.metadata.group(group), delay_level, max_reconsume_times)
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            now = self.clock.now_ms()
+            built = self._builder.build_copy(original, route.topic, route.queue_id, route.reconsume_times,
+                                             route.properties)
+            return self._append_planned([built], now)[0], route
 
     def _assign_queue_offsets(self, planned: list[tuple[tuple, str, str]]) -> tuple[np.ndarray, dict]:
         """Queue offsets from RocketMQ's topic-queue table (the next offset of each queue, ahead

@@ -13,6 +13,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from store import codec, ids, topics
+from store.codec import StoredMessage
 from store.delay_levels import DelayLevels
 from store.errors import InvalidMessageError
 from store.hosts import HostAddress
@@ -66,6 +67,10 @@ class _PropertiesForm:
 
     values: Callable[[dict[str, str]], tuple[str, ...]]
     template: str  # printf-style, one %s per value
+
+
+def _positive_level(text: str | None) -> int:
+    return int(text) if text is not None and text.isdigit() and 0 < int(text) <= INT32_MAX else 0
 
 
 def _check_int32(name: str, value) -> None:
@@ -192,6 +197,40 @@ class RecordBuilder:
         item = (size, form.encoded, queue_id, m.flag, sys_flag, born_ts, born_host.address, born_host.port,
                 m.reconsume_times, body, props_bytes, form.magic)
         return item, topic, unique_key
+
+    def build_copy(self, source: StoredMessage, topic: str, queue_id: int, reconsume_times: int,
+                   properties: dict[str, str] | None = None) -> tuple[tuple, str, str]:
+        """The item of a broker-made copy of `source` (send-back, scheduled delivery): the same
+        stored body, flag, sys flag, born time and born host. `properties`, in the order their
+        names went into RocketMQ's HashMap, are laid out in that map's order, after the delay
+        rewrite to SCHEDULE_TOPIC_XXXX when they hold a positive DELAY; without them the source's
+        properties string is copied as it is."""
+        if properties is None:
+            props_bytes = source.properties_text().encode("utf-8")
+        else:
+            props = dict(properties)
+            delay = _positive_level(props.get(topics.DELAY))
+            if delay:
+                delay = self.delay_levels.clamp(delay)
+                props[topics.DELAY] = str(delay)
+                props[topics.REAL_TOPIC] = topic
+                props[topics.REAL_QID] = str(queue_id)
+                topic, queue_id = topics.SCHEDULE_TOPIC, delay - 1
+            props_bytes = self._properties_bytes({name: props[name] for name in java_hashmap_order(props)})
+        form = self._topics.get(topic) or self._topic_form(topic)
+        if not 0 <= queue_id < form.queues:
+            raise InvalidMessageError(f"invalid queue id {queue_id}: topic {topic} has queues 0 to {form.queues - 1}")
+        born = source.born_host
+        sys_flag = (source.sys_flag & ~(codec.BORNHOST_V6_FLAG | codec.STOREHOST_V6_FLAG)) | self._store_sys_flag
+        if born.is_ipv6:
+            sys_flag |= codec.BORNHOST_V6_FLAG
+        body = source.stored_body
+        size = self._fixed_size[born.is_ipv6] + len(body) + form.overhead + len(props_bytes)
+        if size > self.max_record_size:
+            raise InvalidMessageError(f"a record of {size} bytes does not fit in a commit log segment")
+        item = (size, form.encoded, queue_id, source.flag, sys_flag, source.born_timestamp, born.address, born.port,
+                reconsume_times, body, props_bytes, form.magic)
+        return item, topic, source.unique_key
 
     def _client_properties(self, given: dict[str, str]) -> dict[str, str]:
         props = {}

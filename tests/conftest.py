@@ -21,9 +21,13 @@ def _require_golden() -> Path:
     return GOLDEN_DIR
 
 
+def read_golden_manifest() -> dict:
+    return json.loads((_require_golden() / "manifest.json").read_text(encoding="utf-8"))
+
+
 @pytest.fixture(scope="session")
 def golden_manifest() -> dict:
-    return json.loads((_require_golden() / "manifest.json").read_text(encoding="utf-8"))
+    return read_golden_manifest()
 
 
 @pytest.fixture
