@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from store import ids
+from store import ids, topics
 from store.checkpoint import Checkpoint
 from store.clock import Clock, SystemClock
 from store.codec import StoredMessage
@@ -37,6 +37,7 @@ from store.paths import LOCK_CONTENT, StorePaths
 from store.record_builder import NewMessage, RecordBuilder
 from store.recordio import assign_queue_offsets, put_results
 from store.retry import SendBack, route_send_back
+from store.schedule import DeliveryPass, ScheduleService
 
 MAX_QUERY_RESULTS = 10_000
 
@@ -55,6 +56,7 @@ class StoreConfig:
     delay_levels: str = DEFAULT_DELAY_LEVELS
     default_queue_count: int = 4
     auto_create_topics: bool = True
+    schedule_interval_ms: int = 0  # > 0: a thread delivers due delayed messages this often
     max_message_bytes: int = 4 * 1024 * 1024
 
 
@@ -95,6 +97,7 @@ class MessageStore:
         self._lock_fd: int | None = None
         self._closed = False
         self._flusher: threading.Thread | None = None
+        self._scheduler_thread: threading.Thread | None = None
         self._stop_flusher = threading.Event()
         self._queue_offsets: dict[tuple[bytes, int], int] = {}
         self.commitlog: CommitLog
@@ -141,6 +144,7 @@ class MessageStore:
         self.metadata.adopt({topic: max(cq.queue_id for cq in queues) + 1
                              for topic, queues in self.queues.topics().items()})
         self.offsets = ConsumerOffsets(self.paths.config)
+        self.scheduler = ScheduleService(self.paths.config, self.queues, self.delay_levels)
 
     def _open_read_write(self) -> None:
         root = self.paths.root
@@ -172,6 +176,10 @@ class MessageStore:
         if self.config.flush == "async":
             self._flusher = threading.Thread(target=self._flush_loop, name="mqlens-flush", daemon=True)
             self._flusher.start()
+        if self.config.schedule_interval_ms > 0:
+            self._scheduler_thread = threading.Thread(target=self._schedule_loop, name="mqlens-schedule",
+                                                      daemon=True)
+            self._scheduler_thread.start()
 
     def _replay_start(self, index_rebuild_from: int | None) -> int:
         """Where dispatch must resume: the earliest point some projection may be missing."""
@@ -214,6 +222,38 @@ class MessageStore:
                 if self._closed:
                     return
 
+    def _schedule_loop(self) -> None:
+        interval = self.config.schedule_interval_ms / 1000
+        while not self._stop_flusher.wait(interval):
+            try:
+                self.deliver_due()
+            except StoreError:
+                if self._closed:
+                    return
+
+    def deliver_due(self) -> DeliveryPass:
+        """Put every delayed message whose time has come to its real topic and queue."""
+        if self.read_only:
+            raise ReadOnlyStoreError("the store is open read-only")
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            now = self.clock.now_ms()
+            due, skipped = self.scheduler.due(now, self.commitlog.read)
+            planned, advances = [], []
+            for level, msg, next_offset in due:
+                advances.append((level, next_offset))
+                try:
+                    queue_id = int(msg.properties.get(topics.REAL_QID, ""))
+                    planned.append(self._builder.build_copy(msg, msg.properties.get(topics.REAL_TOPIC), queue_id,
+                                                            msg.reconsume_times))
+                except (StoreError, ValueError, TypeError) as exc:
+                    skipped.append((msg.phys_offset, f"undeliverable: {exc}"))
+            delivered = self._append_planned(planned, now) if planned else []
+            for level, offset in advances:
+                self.scheduler.advance(level, offset)
+        return DeliveryPass(delivered, skipped)
+
     def flush(self) -> None:
         """Make everything written so far durable and record it in the checkpoint."""
         if self.read_only:
@@ -228,13 +268,15 @@ class MessageStore:
                 f.sync()
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
             self.offsets.persist()
+            self.scheduler.persist()
 
     def close(self) -> None:
         if self._closed:
             return
         self._stop_flusher.set()
-        if self._flusher is not None:
-            self._flusher.join()
+        for thread in (self._flusher, self._scheduler_thread):
+            if thread is not None:
+                thread.join()
         with self._flush_lock, self._lock:
             if not self.read_only:
                 self.flush()
