@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,8 +34,6 @@ class CommitLog:
         self._segments: list[MappedFile] = []
         self._base = 0  # physical offset of the first segment
         self.end = 0
-        self._dirty: set[int] = set()  # base offsets of segments written since the last flush
-        self._dirty_lock = threading.Lock()
         self._warmer = SegmentWarmer(self._segment_for, file_size)
         self._load_segments()
 
@@ -112,8 +109,6 @@ class CommitLog:
                                         store_host.port)
             if written:
                 seg.mark_dirty(pos, pos + written)
-                with self._dirty_lock:
-                    self._dirty.add(self.end - pos)
             self.end += written
             done += count
             if count == 0:  # the next record needs the next segment
@@ -131,16 +126,10 @@ class CommitLog:
             raise StoreError(f"no segment holds offset {phys}")
         pos = phys % self.file_size
         seg.write(pos, data)
-        with self._dirty_lock:
-            self._dirty.add(phys - pos)
 
     def dirty_files(self) -> list[MappedFile]:
         """Segments written since the last call, their dirty marks taken."""
-        with self._dirty_lock:
-            dirty = sorted(self._dirty)
-            self._dirty.clear()
-        segments = [self._segment_for(base) for base in dirty]
-        return [seg for seg in segments if seg is not None and seg.take_dirty()]
+        return [seg for seg in self._segments if seg.take_dirty()]
 
     def flush(self) -> None:
         for seg in self.dirty_files():

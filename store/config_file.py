@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +102,47 @@ def write_config(path: Path, content: Any) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class OffsetTableFile:
+    """A config file holding {"offsetTable": {...}} (consumerOffset.json, delayOffset.json):
+    changed in memory under `lock`, written by `persist` when something changed, one writer at
+    a time so an older table never overwrites a newer one."""
+
+    def __init__(self, path: Path, error: type[StoreError]):
+        self.path = path
+        self.lock = threading.Lock()
+        self._persist_lock = threading.Lock()
+        self._changed = False
+        self._error = error
+
+    def read_table(self) -> dict:
+        """The saved offsetTable, empty when there is no file yet."""
+        content = read_config(self.path)
+        if content is None:
+            return {}
+        table = content.get("offsetTable") if isinstance(content, dict) else None
+        if not isinstance(table, dict):
+            raise self._error(f"{self.path} has no offsetTable object")
+        return table
+
+    def mark_changed(self) -> None:
+        """Call with `lock` held, after changing the table."""
+        self._changed = True
+
+    def table_json(self) -> dict:
+        """The offsetTable to write, with string keys (called with `lock` held)."""
+        raise NotImplementedError
+
+    def persist(self) -> None:
+        with self._persist_lock:
+            with self.lock:
+                if not self._changed:
+                    return
+                content = {"offsetTable": self.table_json()}
+                self._changed = False
+            try:
+                write_config(self.path, content)
+            except BaseException:
+                self._changed = True
+                raise

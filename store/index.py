@@ -99,9 +99,6 @@ class IndexFile:
                 return
             number = prev
 
-    def flush(self) -> None:
-        self.file.flush()
-
     def close(self) -> None:
         self.file.close()
 
@@ -145,20 +142,8 @@ class IndexService:
 
     def put_keys(self, topic: str, keys: list[str], phys: int, store_timestamp: int) -> None:
         """Index one record under topic#key for each key (IndexService.buildIndex)."""
-        self.put_batch([(topic, keys, phys, store_timestamp)])
-
-    def put_batch(self, records: list[tuple[str, list[str], int, int]]) -> None:
-        """Index many records (topic, keys, phys, store time) in commit log order."""
-        flat_keys: list[str] = []
-        phys_list: list[int] = []
-        time_list: list[int] = []
-        for topic, keys, phys, store_timestamp in records:
-            for key in keys:
-                flat_keys.append(index_key(topic, key))
-                phys_list.append(phys)
-                time_list.append(store_timestamp)
-        self.put_hashes(index_key_hashes(flat_keys), np.array(phys_list, dtype=np.int64),
-                        np.array(time_list, dtype=np.int64))
+        self.put_hashes(index_key_hashes([index_key(topic, key) for key in keys]),
+                        np.full(len(keys), phys, dtype=np.int64), np.full(len(keys), store_timestamp, dtype=np.int64))
 
     def put_hashes(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> None:
         """Index keys given by their hash, in commit log order; keys of records the index

@@ -5,7 +5,8 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -233,11 +234,7 @@ class MessageStore:
 
     def deliver_due(self) -> DeliveryPass:
         """Put every delayed message whose time has come to its real topic and queue."""
-        if self.read_only:
-            raise ReadOnlyStoreError("the store is open read-only")
-        with self._lock:
-            if self._closed:
-                raise StoreError("the store is closed")
+        with self._writing():
             now = self.clock.now_ms()
             due, skipped = self.scheduler.due(now, self.commitlog.read)
             planned, advances = [], []
@@ -295,6 +292,16 @@ class MessageStore:
         self.close()
 
     # -- writing -----------------------------------------------------------------------------
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The store lock, for a change to a store that is open for writing."""
+        if self.read_only:
+            raise ReadOnlyStoreError("the store is open read-only")
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            yield
+
     def put(self, message: NewMessage) -> PutResult:
         return self.put_many([message])[0]
 
@@ -303,11 +310,7 @@ class MessageStore:
 
         Every message is checked and sized before any is written, so a bad one rejects the
         whole batch."""
-        if self.read_only:
-            raise ReadOnlyStoreError("the store is open read-only")
-        with self._lock:
-            if self._closed:
-                raise StoreError("the store is closed")
+        with self._writing():
             now = self.clock.now_ms()
             return self._append_planned(self._builder.build_many(list(messages), now), now)
 
@@ -326,13 +329,9 @@ class MessageStore:
                   max_reconsume_times: int | None = None) -> tuple[PutResult, SendBack]:
         """A consumer of `group` failed the message at `phys_offset`: put its retry copy (via
         SCHEDULE_TOPIC_XXXX) or, past the group's maximum, its dead letter."""
-        if self.read_only:
-            raise ReadOnlyStoreError("the store is open read-only")
-        original = self.read(phys_offset)
-        route = route_send_back(original, self.metadata.group(group), delay_level, max_reconsume_times)
-        with self._lock:
-            if self._closed:
-                raise StoreError("the store is closed")
+        with self._writing():
+            original = self.read(phys_offset)
+            route = route_send_back(original, self.metadata.group(group), delay_level, max_reconsume_times)
             now = self.clock.now_ms()
             built = self._builder.build_copy(original, route.topic, route.queue_id, route.reconsume_times,
                                              route.properties)
@@ -416,9 +415,7 @@ class MessageStore:
 
     def put_topic(self, config: TopicConfig) -> TopicConfig:
         """Create a topic or change its queue count or permission."""
-        if self.read_only:
-            raise ReadOnlyStoreError("the store is open read-only")
-        with self._lock:
+        with self._writing():
             self.metadata.put_topic(config)
             self._builder.forget_topic(config.name)
         return config

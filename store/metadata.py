@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -209,7 +209,3 @@ class Metadata:
 
     def update_group(self, name: str, **changes) -> GroupConfig:
         return self.put_group(replace(self.group(name), **changes))
-
-
-def group_dict(config: GroupConfig) -> dict:
-    return asdict(config)

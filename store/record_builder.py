@@ -69,6 +69,11 @@ class _PropertiesForm:
     template: str  # printf-style, one %s per value
 
 
+def _check_queue_id(topic: str, form: _TopicForm, queue_id) -> None:
+    if type(queue_id) is not int or not 0 <= queue_id < form.queues:
+        raise InvalidMessageError(f"invalid queue id {queue_id!r}: topic {topic} has queues 0 to {form.queues - 1}")
+
+
 def _positive_level(text: str | None) -> int:
     return int(text) if text is not None and text.isdigit() and 0 < int(text) <= INT32_MAX else 0
 
@@ -148,8 +153,7 @@ class RecordBuilder:
         if len(body) > self.max_message_bytes:
             raise InvalidMessageError(f"body of {len(body)} bytes exceeds {self.max_message_bytes}")
         queue_id = self._next_queue_id(topic, form.queues) if m.queue_id is None else m.queue_id
-        if type(queue_id) is not int or not 0 <= queue_id < form.queues:
-            raise InvalidMessageError(f"invalid queue id {queue_id!r}: topic {topic} has queues 0 to {form.queues - 1}")
+        _check_queue_id(topic, form, queue_id)
         _check_int32("flag", m.flag)
         _check_int32("reconsume_times", m.reconsume_times)
         props = self._client_properties(m.properties) if m.properties else {}
@@ -218,8 +222,7 @@ class RecordBuilder:
                 topic, queue_id = topics.SCHEDULE_TOPIC, delay - 1
             props_bytes = self._properties_bytes({name: props[name] for name in java_hashmap_order(props)})
         form = self._topics.get(topic) or self._topic_form(topic)
-        if not 0 <= queue_id < form.queues:
-            raise InvalidMessageError(f"invalid queue id {queue_id}: topic {topic} has queues 0 to {form.queues - 1}")
+        _check_queue_id(topic, form, queue_id)
         born = source.born_host
         sys_flag = (source.sys_flag & ~(codec.BORNHOST_V6_FLAG | codec.STOREHOST_V6_FLAG)) | self._store_sys_flag
         if born.is_ipv6:

@@ -9,14 +9,13 @@ delivery and the next save delivers that message again (at least once)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from store import topics
 from store.codec import StoredMessage
-from store.config_file import read_config, write_config
+from store.config_file import OffsetTableFile
 from store.consume_queue import ConsumeQueues
 from store.delay_levels import DelayLevels
 from store.errors import StoreError
@@ -35,30 +34,18 @@ class DeliveryPass:
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (commit log offset, why)
 
 
-class ScheduleService:
+class ScheduleService(OffsetTableFile):
     def __init__(self, config_dir: Path, queues: ConsumeQueues, delay_levels: DelayLevels):
-        self.path = Path(config_dir) / PROGRESS_FILE
+        super().__init__(Path(config_dir) / PROGRESS_FILE, ScheduleProgressError)
         self.queues = queues
         self.delay_levels = delay_levels
-        self._lock = threading.Lock()
-        self._progress: dict[int, int] = {}
-        self._dirty = False
-        self._load()
-
-    def _load(self) -> None:
-        content = read_config(self.path)
-        if content is None:
-            return
-        table = content.get("offsetTable") if isinstance(content, dict) else None
-        if not isinstance(table, dict):
-            raise ScheduleProgressError(f"{self.path} has no offsetTable object")
         try:
-            self._progress = {int(level): int(offset) for level, offset in table.items()}
+            self._progress = {int(level): int(offset) for level, offset in self.read_table().items()}
         except (TypeError, ValueError):
             raise ScheduleProgressError(f"{self.path}: levels and offsets must be integers") from None
 
     def progress(self) -> dict[int, int]:
-        with self._lock:
+        with self.lock:
             return dict(self._progress)
 
     def pending(self) -> dict[int, int]:
@@ -99,15 +86,10 @@ class ScheduleService:
         return due, skipped
 
     def advance(self, level: int, offset: int) -> None:
-        with self._lock:
+        with self.lock:
             if offset > self._progress.get(level, 0):
                 self._progress[level] = offset
-                self._dirty = True
+                self.mark_changed()
 
-    def persist(self) -> None:
-        with self._lock:
-            if not self._dirty:
-                return
-            content = {"offsetTable": {str(level): offset for level, offset in sorted(self._progress.items())}}
-            self._dirty = False
-        write_config(self.path, content)
+    def table_json(self) -> dict:
+        return {str(level): offset for level, offset in sorted(self._progress.items())}
