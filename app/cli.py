@@ -27,6 +27,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   pretty_exceptions_enable=False, help="mqlens: RocketMQ store tools and console.")
 store_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Write to and check a store.")
 app.add_typer(store_app, name="store")
+db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The operator database (SQLite).")
+app.add_typer(db_app, name="db")
 
 StoreDir = Annotated[Path, typer.Option("--store", help="Store directory (the folder holding commitlog/).")]
 CommitlogSize = Annotated[int, typer.Option("--commitlog-file-size", min=4096, help="Commit log segment bytes.")]
@@ -223,6 +225,67 @@ def store_check(
     for problem in report.problems:
         print(f"problem: {problem}")
     raise typer.Exit(1)
+
+
+DataDir = Annotated[Path | None, typer.Option("--data", help="Data directory: the store and mqlens.db "
+                                              "[default: ./data or MQLENS_DATA_DIR].")]
+
+
+def _settings(**given):
+    """Settings from the options given; the others from MQLENS_* variables or the defaults."""
+    from pydantic import ValidationError
+
+    from app.config import Settings
+
+    try:
+        return Settings(**{name: value for name, value in given.items() if value is not None})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {(e.get('ctx') or {}).get('error') or e['msg']}"
+                             for e in exc.errors())
+        raise CliError(f"bad settings: {problems}") from None
+
+
+@db_app.command("upgrade")
+def db_upgrade(data: DataDir = None) -> None:
+    """Create the operator database or bring its schema up to date."""
+    from app.db import current_revision, migrate
+
+    settings = _settings(data_dir=data)
+    migrate(settings.database_url)
+    print(f"database {settings.database_url} is at revision {current_revision(settings.database_url)}")
+
+
+@app.command("serve")
+def serve(
+    data: DataDir = None,
+    host: Annotated[str | None, typer.Option("--host", help="Address to listen on [default: 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option("--port", min=0, max=65535, help="Port [default: 8080].")] = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Also put a few demo messages a second to DemoTopic.")]
+    = False,
+) -> None:
+    """Migrate the database, then serve the console and REST API (one process, one worker)."""
+    import logging
+    import signal
+
+    import uvicorn
+
+    from app.db import migrate
+    from app.main import create_app
+
+    settings = _settings(data_dir=data, host=host, port=port, demo=demo or None)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    migrate(settings.database_url)
+    logging.getLogger("mqlens").info("data in %s, database migrated", settings.data_dir)
+    server_app = create_app(settings)
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again: once the
+    # store is closed that signal only ends `serve`, with status 0.
+    ignored = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.run(server_app, host=settings.host, port=settings.port, workers=1, log_level="info")
+    finally:
+        for sig, handler in ignored.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: list[str] | None = None) -> int:

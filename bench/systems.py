@@ -188,7 +188,7 @@ def run_mqlens(params: Params) -> dict[str, Any]:
     wanted = set(warm) | set(sample)
     offset_ids: dict[int, str] = {}
     root = _fresh_dir(params, "mqlens")
-    store = MessageStore.open(root, StoreConfig(flush="async"))
+    store = MessageStore.open(root, StoreConfig(flush="async", trace=False))
     try:
         put_s = 0.0
         sizes: set[int] = set()
@@ -279,7 +279,7 @@ def run_mqlens_single(params: Params) -> dict[str, Any]:
     wl = Workload(params.messages, params.seed, params.key_window)
     mem_start = start_memory()
     root = _fresh_dir(params, "mqlens-single")
-    store = MessageStore.open(root, StoreConfig(flush="async"))
+    store = MessageStore.open(root, StoreConfig(flush="async", trace=False))
     try:
         put_s = 0.0
         clock = time.perf_counter

@@ -71,6 +71,17 @@ class CommitLog:
     def segments(self) -> list[tuple[int, Path]]:
         return [(self._base + i * self.file_size, seg.path) for i, seg in enumerate(self._segments)]
 
+    def delete_segments_before(self, phys: int) -> list[Path]:
+        """Delete the segments that end at or before `phys`, never the last one."""
+        deleted = []
+        while len(self._segments) > 1 and self._base + self.file_size <= phys:
+            seg = self._segments.pop(0)
+            seg.close()
+            seg.path.unlink()
+            deleted.append(seg.path)
+            self._base += self.file_size
+        return deleted
+
     def _segment_for(self, phys: int) -> MappedFile | None:
         if phys < self._base:
             return None
@@ -100,6 +111,7 @@ class CommitLog:
         n = len(items)
         phys = np.empty(n, dtype=np.int64)
         layout = record_layout()
+        self._reserve([item[0] for item in items])
         done = 0
         while done < n:
             seg = self._segment_for(self.end) or self._new_segment(self.end)
@@ -119,6 +131,33 @@ class CommitLog:
                 self.end += self.file_size - pos
         self._warmer.advance(self.end)
         return phys
+
+    def _reserve(self, sizes: list[int]) -> None:
+        """Create every segment the records will reach before a byte is written, so running out
+        of disk refuses the whole batch instead of stopping it midway."""
+        pos = self.end % self.file_size
+        if self._segment_for(self.end) is not None and pos + sum(sizes) + BLANK_MIN_LENGTH <= self.file_size:
+            return
+        base = self.end - pos
+        needed = [base]
+        for size in sizes:
+            fits = size <= self.file_size if pos == 0 else size + BLANK_MIN_LENGTH <= self.file_size - pos
+            if not fits:
+                base += self.file_size
+                needed.append(base)
+                pos = 0
+            pos += size
+        created = []
+        try:
+            for segment_base in needed:
+                if self._segment_for(segment_base) is None:
+                    created.append(self._new_segment(segment_base))
+        except BaseException:
+            for seg in reversed(created):  # empty: leave the log as it was
+                self._segments.remove(seg)
+                seg.close()
+                seg.path.unlink(missing_ok=True)
+            raise
 
     def _write(self, phys: int, data: bytes) -> None:
         seg = self._segment_for(phys)

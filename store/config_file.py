@@ -84,12 +84,14 @@ def read_config(path: Path) -> Any | None:
     return None
 
 
-def write_config(path: Path, content: Any) -> None:
+def write_config(path: Path, content: Any, *, compact: bool = False) -> None:
     """Write `content` as JSON: to a temporary file, synced, the previous version kept as .bak,
-    then renamed into place and the directory synced."""
+    then renamed into place and the directory synced. `compact` drops the indentation (for
+    large state files, where it costs more time and space than it helps a reader)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(path.name + TEMP_SUFFIX)
-    data = json.dumps(content, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+    layout = {"separators": (",", ":")} if compact else {"indent": 2}
+    data = json.dumps(content, sort_keys=True, **layout).encode("utf-8") + b"\n"
     with open(temp, "wb") as f:
         f.write(data)
         f.flush()
@@ -104,45 +106,81 @@ def write_config(path: Path, content: Any) -> None:
         os.close(fd)
 
 
-class OffsetTableFile:
-    """A config file holding {"offsetTable": {...}} (consumerOffset.json, delayOffset.json):
-    changed in memory under `lock`, written by `persist` when something changed, one writer at
-    a time so an older table never overwrites a newer one."""
+class StateFile:
+    """A config file of in-memory state: changed under `lock`, written by `persist` when
+    something changed, one writer at a time so an older state never overwrites a newer one."""
 
-    def __init__(self, path: Path, error: type[StoreError]):
+    def __init__(self, path: Path):
         self.path = path
         self.lock = threading.Lock()
         self._persist_lock = threading.Lock()
         self._changed = False
+
+    def mark_changed(self) -> None:
+        """Call with `lock` held, after changing the state."""
+        self._changed = True
+
+    def content_json(self) -> dict:
+        """The whole file to write (called with `lock` held)."""
+        raise NotImplementedError
+
+    def snapshot(self) -> dict | None:
+        """The content to write as of now, None when nothing changed since the last snapshot.
+        For a caller that must take it at a precise moment and write it later, in order."""
+        with self.lock:
+            if not self._changed:
+                return None
+            self._changed = False
+            return self.content_json()
+
+    def write_snapshot(self, content: dict | None) -> None:
+        with self._persist_lock:
+            self._write(content)
+
+    def _write(self, content: dict | None) -> None:
+        if content is None:
+            return
+        try:
+            write_config(self.path, content)
+        except BaseException:
+            with self.lock:
+                self._changed = True
+            raise
+
+    def persist(self) -> None:
+        with self._persist_lock:
+            self._write(self.snapshot())
+
+
+class OffsetTableFile(StateFile):
+    """A config file holding {"offsetTable": {...}} (consumerOffset.json, delayOffset.json)."""
+
+    def __init__(self, path: Path, error: type[StoreError]):
+        super().__init__(path)
         self._error = error
 
-    def read_table(self) -> dict:
-        """The saved offsetTable, empty when there is no file yet."""
+    def read_content(self) -> dict:
+        """The saved file, empty when there is none yet."""
         content = read_config(self.path)
         if content is None:
             return {}
-        table = content.get("offsetTable") if isinstance(content, dict) else None
+        if not isinstance(content, dict):
+            raise self._error(f"{self.path} does not hold an object")
+        return content
+
+    def read_table(self) -> dict:
+        """The saved offsetTable, empty when there is no file yet."""
+        content = self.read_content()
+        if not content:
+            return {}
+        table = content.get("offsetTable")
         if not isinstance(table, dict):
             raise self._error(f"{self.path} has no offsetTable object")
         return table
-
-    def mark_changed(self) -> None:
-        """Call with `lock` held, after changing the table."""
-        self._changed = True
 
     def table_json(self) -> dict:
         """The offsetTable to write, with string keys (called with `lock` held)."""
         raise NotImplementedError
 
-    def persist(self) -> None:
-        with self._persist_lock:
-            with self.lock:
-                if not self._changed:
-                    return
-                content = {"offsetTable": self.table_json()}
-                self._changed = False
-            try:
-                write_config(self.path, content)
-            except BaseException:
-                self._changed = True
-                raise
+    def content_json(self) -> dict:
+        return {"offsetTable": self.table_json()}

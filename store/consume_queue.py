@@ -179,6 +179,26 @@ class ConsumeQueue:
             self.max_offset = new_max
         return dropped
 
+    def drop_before_phys(self, min_phys: int) -> int:
+        """Forget units whose records lie before commit log offset `min_phys` (deleted by
+        retention): whole files go, except the last, when the queue is writable. Returns the new
+        min offset."""
+        while self.writable and len(self._files) > 1:
+            last_of_file = self.get(self._first_unit + self.units_per_file - 1)
+            if last_of_file is None or last_of_file.phys_offset + last_of_file.size > min_phys:
+                break
+            f = self._files.pop(0)
+            f.close()
+            f.path.unlink()
+            self._first_unit += self.units_per_file
+        self.min_offset = max(self.min_offset, self._first_unit)
+        while self.min_offset < self.max_offset:
+            unit = self.get(self.min_offset)
+            if unit is not None and unit.phys_offset >= min_phys:
+                break
+            self.min_offset += 1
+        return self.min_offset
+
     def offset_by_time(self, timestamp_ms: int, store_time_of: Callable[[int], int]) -> int:
         """The first queue offset whose record was stored at or after `timestamp_ms`."""
         lo, hi = self.min_offset, self.max_offset

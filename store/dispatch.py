@@ -7,6 +7,7 @@ properties, or a malformed one) goes through the Python decoder, which raises on
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,7 @@ from store.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_
 from store.commitlog import CommitLog
 from store.consume_queue import ConsumeQueues
 from store.delay_levels import DelayLevels
+from store.delivery_time import timer_deliver_ms
 from store.index import IndexService, index_key
 from store.javahash import index_key_hash, tags_code
 from store.layouts import BLANK
@@ -46,7 +48,9 @@ def tags_code_of(msg, delay_levels: DelayLevels) -> int:
     if msg.topic == topics.SCHEDULE_TOPIC:
         level = delay_level_of(msg)
         if level is not None and level > 0:
-            return delay_levels.deliver_time(level, msg.store_timestamp)
+            return delay_levels.deliver_time(level, msg.store_timestamp, msg.phys_offset)
+    elif msg.topic == topics.TIMER_TOPIC:
+        return timer_deliver_ms(msg.properties, msg.store_timestamp)
     return tags_code(msg.properties.get(topics.TAGS))
 
 
@@ -126,6 +130,7 @@ class Dispatcher:
         self.delay_levels = delay_levels
         self.dispatched_to = commitlog.min_offset
         self.last_store_timestamp = 0
+        self.on_due: Callable[[int], None] | None = None  # told the earliest deliver time of each batch
 
     def scan(self, start: int, end: int, max_records: int = DISPATCH_BATCH_RECORDS) -> tuple[ScannedBatch, int]:
         """Up to `max_records` records from `start`, BLANK fillers skipped, and the offset reached."""
@@ -176,14 +181,31 @@ class Dispatcher:
     def _tags_codes(self, batch: ScannedBatch, rows: np.ndarray) -> np.ndarray:
         records = batch.records
         codes = records["tags_hash"][rows].astype(np.int64)
+        waiting = []
         schedule_id = batch.topic_ids.get(topics.SCHEDULE_TOPIC.encode())
         if schedule_id is not None:
             levels = records["delay_level"][rows]
             scheduled = (records["topic_id"][rows] == schedule_id) & (levels > 0)
             if scheduled.any():
                 codes[scheduled] = self.delay_levels.deliver_times(levels[scheduled],
-                                                                   records["store_ts"][rows][scheduled])
+                                                                   records["store_ts"][rows][scheduled],
+                                                                   records["phys"][rows][scheduled])
+                waiting.append(scheduled)
+        timer_id = batch.topic_ids.get(topics.TIMER_TOPIC.encode())
+        if timer_id is not None:
+            timed = records["topic_id"][rows] == timer_id
+            if timed.any():
+                codes[timed] = [self._timer_deliver_ms(phys) for phys in records["phys"][rows][timed].tolist()]
+                waiting.append(timed)
+        if waiting and self.on_due is not None:
+            self.on_due(int(min(codes[mask].min() for mask in waiting)))
         return codes
+
+    def _timer_deliver_ms(self, phys: int) -> int:
+        """The scanner does not read TIMER_DELIVER_MS: the Python decoder reads the record."""
+        seg, pos = self.commitlog.view(phys)
+        view = codec.decode_for_dispatch(seg.buf, pos, path=str(seg.path))
+        return timer_deliver_ms(view.properties, view.store_timestamp)
 
     def _write_queues(self, batch: ScannedBatch, rows: np.ndarray) -> None:
         if not len(rows):

@@ -39,3 +39,24 @@ class MessageNotFoundError(StoreError):
 
 class InvalidMessageError(StoreError, ValueError):
     """A message to put breaks a rule (topic name, property size, body size...)."""
+
+
+class FlowControlError(StoreError):
+    """Too much work is in progress: the caller should retry after `retry_after_s` seconds."""
+
+    retry_after_s: int = 1
+
+    def __init__(self, message: str = "too many requests in progress, retry later", retry_after_s: int | None = None):
+        super().__init__(message)
+        if retry_after_s is not None:
+            self.retry_after_s = retry_after_s
+
+
+class DiskFullError(FlowControlError):
+    """The disk is full or nearly full: writes are refused, reads go on."""
+
+    retry_after_s: int = 30
+
+
+class InvalidConfigError(StoreError, ValueError):
+    """A setting given to a running store is invalid (a delay level table...)."""

@@ -182,6 +182,16 @@ class IndexService:
             rebuild_from = self.files[-1].end_phys if self.files else 0
         return rebuild_from
 
+    def drop_before_phys(self, min_phys: int) -> int:
+        """Delete index files whose entries all point before `min_phys`, never the newest."""
+        dropped = 0
+        while len(self.files) > 1 and self.files[0].end_phys < min_phys:
+            f = self.files.pop(0)
+            f.close()
+            f.path.unlink()
+            dropped += 1
+        return dropped
+
     def dirty_files(self) -> list[MappedFile]:
         """Index files written since the last call (a full one too), their dirty marks taken."""
         return [f.file for f in self.files if f.file.take_dirty()]

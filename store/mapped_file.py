@@ -2,15 +2,38 @@
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from pathlib import Path
 
 import numpy as np
 
-from store.errors import CorruptRecordError
+from store.errors import CorruptRecordError, DiskFullError
 
 PAGE = mmap.PAGESIZE
+
+
+def _create_allocated(path: Path, size: int) -> None:
+    """Create the file with its blocks reserved, so a full disk fails here, cleanly, and never
+    later as a fault on a write through the mapping."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            if size:
+                os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.ftruncate(fd, size)  # the file system cannot reserve blocks: sparse, as RocketMQ's
+    except OSError as exc:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        if exc.errno == errno.ENOSPC:
+            raise DiskFullError(f"no space left for {path.name} ({size} bytes): writes are refused, "
+                                "reads go on") from None
+        raise
+    os.close(fd)
 
 
 class MappedFile:
@@ -21,11 +44,7 @@ class MappedFile:
         self.size = size
         self.writable = writable
         if create:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.ftruncate(fd, size)
-            finally:
-                os.close(fd)
+            _create_allocated(self.path, size)
         actual = self.path.stat().st_size
         if actual != size:
             raise CorruptRecordError(

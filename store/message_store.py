@@ -7,7 +7,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -19,10 +19,15 @@ from store.clock import Clock, SystemClock
 from store.codec import StoredMessage
 from store.commitlog import CommitLog, RecoveryResult
 from store.consume_queue import ConsumeQueues
-from store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
+from store.dedupe import DEFAULT_WINDOW_MS, RecentUniqueKeys
+from store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels, read_delay_levels, write_delay_levels
+from store.delivery_time import parse_deliver_ms
+from store.disk_guard import DiskGuard
 from store.dispatch import Dispatcher
 from store.errors import (
+    FlowControlError,
     InvalidIdError,
+    InvalidMessageError,
     MessageNotFoundError,
     ReadOnlyStoreError,
     StoreError,
@@ -35,10 +40,16 @@ from store.index import IndexService
 from store.metadata import Metadata, TopicConfig
 from store.offsets import ConsumerOffsets
 from store.paths import LOCK_CONTENT, StorePaths
+from store.pop import PopService, Received
+from store.pull import SCAN_LIMIT_FACTOR, PullResult, TagFilter, check_consumable, check_pull_size
+from store.receipt import ReceiptHandleError
 from store.record_builder import NewMessage, RecordBuilder
 from store.recordio import assign_queue_offsets, put_results
+from store.retention import DEFAULT_RESERVED_HOURS, HOUR_MS, Expiry, RetentionPass, expired_until, expiry_of
 from store.retry import SendBack, route_send_back
-from store.schedule import DeliveryPass, ScheduleService
+from store.schedule import MAX_DELIVERIES_PER_PASS, DeliveryPass, ScheduleService
+from store.timer import TimerService
+from store.trace import TraceEvent, TraceKind, decode_trace, ordered, trace_message
 
 MAX_QUERY_RESULTS = 10_000
 
@@ -57,8 +68,16 @@ class StoreConfig:
     delay_levels: str = DEFAULT_DELAY_LEVELS
     default_queue_count: int = 4
     auto_create_topics: bool = True
-    schedule_interval_ms: int = 0  # > 0: a thread delivers due delayed messages this often
+    # > 0: a thread delivers delayed and timed messages at their time, re-checking at least this often
+    schedule_interval_ms: int = 0
     max_message_bytes: int = 4 * 1024 * 1024
+    trace: bool = True  # record lifecycle events in the trace topic
+    dedupe_window_ms: int = DEFAULT_WINDOW_MS  # 0: store every send, even one with a known unique key
+    disk_max_used_ratio: float = 0.95  # producers' sends are refused above this (RocketMQ: 0.90)
+    disk_min_free_bytes: int = 64 * 1024 * 1024
+    put_wait_ms: int = 1000  # a send that waits longer than this for the store is refused (busy)
+    file_reserved_hours: float = DEFAULT_RESERVED_HOURS
+    retention_check_ms: int = 0  # > 0: a thread deletes expired segments this often
 
 
 class PutResult(NamedTuple):
@@ -94,13 +113,19 @@ class MessageStore:
         self.recovery: RecoveryResult | None = None
         self.abnormal_shutdown = False
         self._lock = threading.RLock()
+        self._appended = threading.Condition(self._lock)  # notified after every append; long polls wait on it
         self._flush_lock = threading.RLock()  # taken before _lock, never after
         self._lock_fd: int | None = None
         self._closed = False
         self._flusher: threading.Thread | None = None
         self._scheduler_thread: threading.Thread | None = None
+        self._retention_thread: threading.Thread | None = None
         self._stop_flusher = threading.Event()
+        self._schedule_wake = threading.Event()  # set by a put of a message due before the planned wake-up
+        self._wake_at_ms = 0
         self._queue_offsets: dict[tuple[bytes, int], int] = {}
+        self._recent = RecentUniqueKeys(config.dedupe_window_ms) if config.dedupe_window_ms > 0 else None
+        self._opened_at_ms = clock.now_ms()
         self.commitlog: CommitLog
         self.metadata: Metadata
         self.offsets: ConsumerOffsets
@@ -108,6 +133,7 @@ class MessageStore:
         self.queues: ConsumeQueues
         self.index: IndexService
         self.dispatcher: Dispatcher
+        self.pop: PopService
 
     # -- opening and closing -----------------------------------------------------------------
     @classmethod
@@ -131,8 +157,11 @@ class MessageStore:
         self.commitlog = CommitLog(self.paths.commitlog, self.geometry.commitlog_file_size, writable=False)
         self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
         self.queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=False)
+        for cq in self.queues:
+            cq.drop_before_phys(self.commitlog.min_offset)
         self.index = IndexService(self.paths.index, self.geometry.index_slots, self.geometry.index_entries,
                                   self.clock, writable=False)
+        self.delay_levels = read_delay_levels(self.paths.config, self.config.delay_levels)
         self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index, self.delay_levels)
         self.dispatcher.dispatched_to = self.commitlog.end
         self._open_config(writable=False)
@@ -146,6 +175,8 @@ class MessageStore:
                              for topic, queues in self.queues.topics().items()})
         self.offsets = ConsumerOffsets(self.paths.config)
         self.scheduler = ScheduleService(self.paths.config, self.queues, self.delay_levels)
+        self.timer = TimerService(self.paths.config, self.queues)
+        self.pop = PopService(self)
 
     def _open_read_write(self) -> None:
         root = self.paths.root
@@ -155,6 +186,7 @@ class MessageStore:
         self._take_lock()
         self.abnormal_shutdown = self.paths.abort.exists()
         self.paths.abort.touch()
+        self._disk_guard = DiskGuard(root, self.config.disk_max_used_ratio, self.config.disk_min_free_bytes)
         self.commitlog = CommitLog(self.paths.commitlog, self.geometry.commitlog_file_size, writable=True)
         self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
         if self.recovery.truncated_bytes:
@@ -163,9 +195,11 @@ class MessageStore:
         self.queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=True)
         for cq in self.queues:
             cq.truncate_after_phys(end)
+            cq.drop_before_phys(self.commitlog.min_offset)
         self.index = IndexService(self.paths.index, self.geometry.index_slots, self.geometry.index_entries,
                                   self.clock, writable=True)
         index_rebuild_from = self.index.truncate_after_phys(end)
+        self.delay_levels = read_delay_levels(self.paths.config, self.config.delay_levels)
         self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index, self.delay_levels)
         self.dispatcher.dispatched_to = self._replay_start(index_rebuild_from)
         self.dispatcher.dispatch_pending()
@@ -174,10 +208,17 @@ class MessageStore:
             self.store_host, self.config.cluster, self.delay_levels, self.metadata.topic_for_send,
             self.config.max_message_bytes, self.commitlog.max_record_size(),
             ids.UniqueKeyFactory(self.store_host, self.clock))
+        self._builder.timer_floor_ms = self.timer.floor_ms
+        self._fit_schedule_topic()
         if self.config.flush == "async":
             self._flusher = threading.Thread(target=self._flush_loop, name="mqlens-flush", daemon=True)
             self._flusher.start()
+        if self.config.retention_check_ms > 0:
+            self._retention_thread = threading.Thread(target=self._retention_loop, name="mqlens-retention",
+                                                      daemon=True)
+            self._retention_thread.start()
         if self.config.schedule_interval_ms > 0:
+            self.dispatcher.on_due = self._note_due
             self._scheduler_thread = threading.Thread(target=self._schedule_loop, name="mqlens-schedule",
                                                       daemon=True)
             self._scheduler_thread.start()
@@ -224,32 +265,137 @@ class MessageStore:
                     return
 
     def _schedule_loop(self) -> None:
-        interval = self.config.schedule_interval_ms / 1000
-        while not self._stop_flusher.wait(interval):
+        """Deliver each delayed or timed message at its time: sleep until the earliest one due,
+        woken early by a put of one due sooner, and at least every schedule_interval_ms (a clock
+        that jumped, received messages whose invisible time ran out)."""
+        interval_ms = self.config.schedule_interval_ms
+        revived_at = self.clock.now_ms()
+        while not self._stop_flusher.is_set():
+            wait_ms = interval_ms
             try:
-                self.deliver_due()
+                passed = self.deliver_due()
+                if self.clock.now_ms() - revived_at >= interval_ms:
+                    self.revive_due()
+                    revived_at = self.clock.now_ms()
+                wait_ms = 0 if passed.full else self._plan_wake(interval_ms)
+            except StoreError:
+                if self._closed:
+                    return
+            if wait_ms > 0:
+                self._schedule_wake.wait(wait_ms / 1000)
+
+    def _plan_wake(self, longest_ms: int) -> int:
+        """Milliseconds until the earliest message waiting is due, at most `longest_ms`."""
+        with self._lock:
+            now = self.clock.now_ms()
+            self._schedule_wake.clear()
+            due = [t for t in (self.scheduler.next_due_ms(now), self.timer.next_due_ms()) if t is not None]
+            self._wake_at_ms = min([now + longest_ms, *due])
+            return max(0, self._wake_at_ms - now)
+
+    def _note_due(self, deliver_ms: int) -> None:
+        """Dispatch wrote messages that wait until `deliver_ms` (store lock held)."""
+        if deliver_ms < self._wake_at_ms:
+            self._schedule_wake.set()
+
+    def _retention_loop(self) -> None:
+        while not self._stop_flusher.wait(self.config.retention_check_ms / 1000):
+            try:
+                self.delete_expired()
             except StoreError:
                 if self._closed:
                     return
 
+    @property
+    def _reserved_ms(self) -> int:
+        return int(self.config.file_reserved_hours * HOUR_MS)
+
+    def delete_expired(self) -> RetentionPass:
+        """Delete commit log segments older than the reserved time (never the live one) and the
+        consume queue and index files that only point into them."""
+        with self._writing():
+            until = expired_until(self.commitlog.segments(), self.geometry.commitlog_file_size,
+                                  self.clock.now_ms(), self._reserved_ms)
+            if until is None:
+                return RetentionPass([], self.commitlog.min_offset)
+            deleted = self.commitlog.delete_segments_before(until)
+            low = self.commitlog.min_offset
+            for cq in self.queues:
+                cq.drop_before_phys(low)
+            self.index.drop_before_phys(low)
+            self.dispatcher.dispatched_to = max(self.dispatcher.dispatched_to, low)
+            self._disk_guard.recheck()
+            return RetentionPass(deleted, low)
+
+    def expires_at(self, phys_offset: int) -> Expiry | None:
+        """When the record at `phys_offset` will be deleted by retention (None: already gone)."""
+        with self._lock:
+            return expiry_of(self.commitlog.segments(), self.geometry.commitlog_file_size, phys_offset,
+                             self.clock.now_ms(), self._reserved_ms)
+
     def deliver_due(self) -> DeliveryPass:
-        """Put every delayed message whose time has come to its real topic and queue."""
+        """Put delayed and timed messages whose time has come to their real topic and queue, at
+        most MAX_DELIVERIES_PER_PASS (the pass is `full` when more may be due)."""
         with self._writing():
             now = self.clock.now_ms()
-            due, skipped = self.scheduler.due(now, self.commitlog.read)
-            planned, advances = [], []
-            for level, msg, next_offset in due:
-                advances.append((level, next_offset))
+            delayed, skipped = self.scheduler.due(now, self.commitlog.read)
+            timed, unreadable = self.timer.due(now, self.commitlog.read, MAX_DELIVERIES_PER_PASS - len(delayed))
+            skipped += unreadable
+            planned, sources = [], []
+            for item in delayed + timed:
+                if item.message is None:
+                    continue
                 try:
-                    queue_id = int(msg.properties.get(topics.REAL_QID, ""))
-                    planned.append(self._builder.build_copy(msg, msg.properties.get(topics.REAL_TOPIC), queue_id,
-                                                            msg.reconsume_times))
+                    planned.append(self._release_copy(item.message))
+                    sources.append(item)
                 except (StoreError, ValueError, TypeError) as exc:
-                    skipped.append((msg.phys_offset, f"undeliverable: {exc}"))
-            delivered = self._append_planned(planned, now) if planned else []
-            for level, offset in advances:
-                self.scheduler.advance(level, offset)
-        return DeliveryPass(delivered, skipped)
+                    skipped.append((item.message.phys_offset, f"undeliverable: {exc}"))
+            try:
+                delivered = self._append_planned(planned, now) if planned else []
+            except BaseException:
+                self.timer.requeue(timed)
+                raise
+            self.scheduler.delivered(delayed)
+            self.timer.delivered(timed)
+            self._builder.timer_floor_ms = self.timer.floor_ms
+            self._trace([TraceEvent(TraceKind.RELEASED, r.unique_key or src.message.offset_msg_id, now, r.topic,
+                                    r.queue_id, r.queue_offset, r.offset_msg_id,
+                                    reconsume_times=src.message.reconsume_times, due_ms=src.deliver_ms)
+                         for src, r in zip(sources, delivered, strict=True)], now)
+        return DeliveryPass(delivered, skipped, full=len(delayed) + len(timed) >= MAX_DELIVERIES_PER_PASS)
+
+    def _release_copy(self, msg: StoredMessage) -> tuple[tuple, str, str]:
+        """The record that puts a scheduled or timed message to its real topic and queue."""
+        real_topic = msg.properties.get(topics.REAL_TOPIC)
+        if real_topic in (topics.SCHEDULE_TOPIC, topics.TIMER_TOPIC):
+            raise InvalidMessageError(f"its real topic {real_topic} is a scheduling topic")
+        return self._builder.build_copy(msg, real_topic, int(msg.properties.get(topics.REAL_QID, "")),
+                                        msg.reconsume_times)
+
+    def set_delay_levels(self, spec: str) -> None:
+        """Use delay level table `spec` ('1s 5s 10s ...') for messages written from now on, also
+        after a restart (config/delayLevels.json). Messages already scheduled keep their deliver
+        time. Raises InvalidConfigError for a bad table."""
+        with self._writing():
+            self.commitlog.flush()  # the new table applies after these bytes: they must outlive a crash
+            tables = self.delay_levels.changed_to(spec, self.commitlog.end)
+            write_delay_levels(self.paths.config, tables)
+            self.delay_levels.use_tables(tables)
+            self.scheduler.table_changed(self.clock.now_ms())
+            self._fit_schedule_topic()
+
+    def delay_level_table(self) -> str:
+        """The delay level table in use, as text."""
+        return self.delay_levels.spec
+
+    def _fit_schedule_topic(self) -> None:
+        """SCHEDULE_TOPIC_XXXX has a queue for each level of the table in use."""
+        levels = self.delay_levels.max_level
+        self.metadata.schedule_queues = max(self.metadata.schedule_queues, levels)
+        current = self.metadata.topic(topics.SCHEDULE_TOPIC)
+        if current is not None and current.queues < levels:
+            self.metadata.put_topic(replace(current, queues=levels))
+            self._builder.forget_topic(topics.SCHEDULE_TOPIC)
 
     def flush(self) -> None:
         """Make everything written so far durable and record it in the checkpoint."""
@@ -261,17 +407,22 @@ class MessageStore:
                     return
                 files = self.commitlog.dirty_files() + self.queues.dirty_files() + self.index.dirty_files()
                 ts = self.dispatcher.last_store_timestamp
+                pop_state = self.pop.snapshot()  # before the syncs: it names only messages they make durable
+                progress = [(s, s.snapshot()) for s in (self.scheduler, self.timer)]  # the same
             for f in files:
                 f.sync()
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
             self.offsets.persist()
-            self.scheduler.persist()
+            for service, state in progress:
+                service.write_snapshot(state)
+            self.pop.persist(pop_state)
 
     def close(self) -> None:
         if self._closed:
             return
         self._stop_flusher.set()
-        for thread in (self._flusher, self._scheduler_thread):
+        self._schedule_wake.set()
+        for thread in (self._flusher, self._scheduler_thread, self._retention_thread):
             if thread is not None:
                 thread.join()
         with self._flush_lock, self._lock:
@@ -293,14 +444,19 @@ class MessageStore:
 
     # -- writing -----------------------------------------------------------------------------
     @contextmanager
-    def _writing(self) -> Iterator[None]:
-        """The store lock, for a change to a store that is open for writing."""
+    def _writing(self, wait_ms: int | None = None) -> Iterator[None]:
+        """The store lock, for a change to a store that is open for writing. With `wait_ms`, a
+        store busier than that refuses the change (flow control) instead of queueing it."""
         if self.read_only:
             raise ReadOnlyStoreError("the store is open read-only")
-        with self._lock:
+        if not self._lock.acquire(timeout=-1 if wait_ms is None else wait_ms / 1000):
+            raise FlowControlError(f"the store is busy (waited {wait_ms} ms for it): retry shortly")
+        try:
             if self._closed:
                 raise StoreError("the store is closed")
             yield
+        finally:
+            self._lock.release()
 
     def put(self, message: NewMessage) -> PutResult:
         return self.put_many([message])[0]
@@ -309,10 +465,97 @@ class MessageStore:
         """Append messages in order; with sync flush they are on disk when this returns.
 
         Every message is checked and sized before any is written, so a bad one rejects the
-        whole batch."""
-        with self._writing():
+        whole batch. A message whose client-given unique key was stored within the dedupe
+        window is not stored again: its result is the first copy's."""
+        batch = list(messages)
+        with self._writing(self.config.put_wait_ms):
+            self._disk_guard.check()
             now = self.clock.now_ms()
-            return self._append_planned(self._builder.build_many(list(messages), now), now)
+            if self._recent is not None and any(m.unique_key or topics.UNIQ_KEY in m.properties for m in batch):
+                return self._put_deduplicated(batch, now)
+            results = self._append_planned(self._builder.build_many(batch, now), now)
+            self._trace(self._put_events(batch, results, now), now)
+            return results
+
+    def _put_deduplicated(self, batch: list[NewMessage], now: int) -> list[PutResult]:
+        results: list[PutResult | None] = [None] * len(batch)
+        fresh: list[int] = []
+        first_in_batch: dict[str, int] = {}
+        repeats: list[tuple[int, int]] = []
+        for i, m in enumerate(batch):
+            key = m.unique_key or m.properties.get(topics.UNIQ_KEY)
+            if key:
+                earlier = self._recent.get(key, now) or self._stored_recently(m, key, now)
+                if earlier is not None:
+                    results[i] = earlier
+                    continue
+                if key in first_in_batch:
+                    repeats.append((i, first_in_batch[key]))
+                    continue
+                first_in_batch[key] = i
+            fresh.append(i)
+        written = [batch[i] for i in fresh]
+        stored = self._append_planned(self._builder.build_many(written, now), now) if written else []
+        for i, result in zip(fresh, stored, strict=True):
+            results[i] = result
+            if result.unique_key in first_in_batch:
+                self._recent.remember(result.unique_key, result, now)
+        for i, first in repeats:
+            results[i] = results[first]
+        events = self._put_events(written, stored, now)
+        written_at = set(fresh)
+        events += [TraceEvent(TraceKind.DUPLICATE, r.unique_key, now, r.topic, r.queue_id, r.queue_offset,
+                              r.offset_msg_id) for i, r in enumerate(results) if i not in written_at]
+        self._trace(events, now)
+        return results
+
+    def _stored_recently(self, m: NewMessage, key: str, now: int) -> PutResult | None:
+        """A copy with unique key `key` stored before this store was opened, within the window."""
+        window = self._recent.window_ms
+        if now - self._opened_at_ms > window:
+            return None
+        if m.delay_level and m.delay_level > 0:
+            places = [topics.SCHEDULE_TOPIC]
+        else:
+            places = [m.topic, topics.TIMER_TOPIC] if topics.TIMER_DELIVER_MS in m.properties else [m.topic]
+        try:
+            found = [msg for topic in places
+                     for msg in self.query_by_unique_key(topic, key, begin=now - window, max_results=1).messages]
+        except StoreError:
+            return None
+        if not found:
+            return None
+        msg = found[0]
+        return PutResult(msg.topic, msg.queue_id, msg.queue_offset, msg.phys_offset, msg.size, key,
+                         msg.store_timestamp, self.store_host)
+
+    def _put_events(self, batch: list[NewMessage], results: list[PutResult], now: int) -> list[TraceEvent]:
+        if not self.config.trace:
+            return []
+        events = []
+        for m, r in zip(batch, results, strict=True):
+            if r.topic == topics.TRACE_TOPIC:
+                continue
+            if r.topic in (topics.SCHEDULE_TOPIC, topics.TIMER_TOPIC):
+                if r.topic == topics.SCHEDULE_TOPIC:
+                    due = self.delay_levels.deliver_time(r.queue_id + 1, r.store_timestamp, r.phys_offset)
+                else:
+                    due = parse_deliver_ms(m.properties.get(topics.TIMER_DELIVER_MS))
+                events.append(TraceEvent(TraceKind.SCHEDULED, r.unique_key, now, r.topic, r.queue_id,
+                                         r.queue_offset, r.offset_msg_id, due_ms=due, real_topic=m.topic))
+            else:
+                events.append(TraceEvent(TraceKind.STORED, r.unique_key, now, r.topic, r.queue_id, r.queue_offset,
+                                         r.offset_msg_id, reconsume_times=m.reconsume_times or None))
+        return events
+
+    def trace(self, events: list[TraceEvent]) -> None:
+        """Record lifecycle events (consumers' deliveries, acks, failures) in the trace topic."""
+        with self._writing():
+            self._trace(events, self.clock.now_ms())
+
+    def _trace(self, events: list[TraceEvent], now: int) -> None:
+        if self.config.trace and events:
+            self._append_planned(self._builder.build_many([trace_message(e) for e in events], now), now)
 
     def _append_planned(self, planned: list[tuple[tuple, str, str]], now: int) -> list[PutResult]:
         """Append built records, dispatch them and sync per the flush policy (store lock held)."""
@@ -323,19 +566,90 @@ class MessageStore:
         self.dispatcher.dispatch_pending()
         if self.config.flush == "sync":
             self.commitlog.flush()
+        self._appended.notify_all()
         return put_results(PutResult, planned, queue_offsets, phys, now, self.store_host)
 
+    # -- pop-style receive (store/pop.py) ----------------------------------------------------
+    def receive(self, group: str, topic: str, max_messages: int, invisible_ms: int, tags: str | None = None,
+                wait_ms: int = 0) -> list[Received]:
+        """Up to `max_messages` messages of `topic` not yet handed out to `group`, each invisible
+        to the group for `invisible_ms`; waits up to `wait_ms` (real time) when there are none."""
+        return self.pop.receive(group, topic, max_messages, invisible_ms, tags, wait_ms)
+
+    def ack(self, group: str, receipt_handle: str) -> None:
+        self.pop.ack(group, receipt_handle)
+
+    def ack_many(self, group: str, receipt_handles: list[str]) -> list[ReceiptHandleError | None]:
+        return self.pop.ack_many(group, receipt_handles)
+
+    def nack(self, group: str, receipt_handle: str, reason: str | None = None) -> None:
+        self.pop.nack(group, receipt_handle, reason)
+
+    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> str:
+        return self.pop.change_invisible(group, receipt_handle, invisible_ms)
+
+    def revive_due(self) -> int:
+        """Redeliver or dead-letter the received messages whose invisible time ran out."""
+        return self.pop.revive_due()
+
     def send_back(self, phys_offset: int, group: str, delay_level: int = 0,
-                  max_reconsume_times: int | None = None) -> tuple[PutResult, SendBack]:
+                  max_reconsume_times: int | None = None, reason: str | None = None,
+                  reconsume_times: int | None = None) -> tuple[PutResult, SendBack]:
         """A consumer of `group` failed the message at `phys_offset`: put its retry copy (via
         SCHEDULE_TOPIC_XXXX) or, past the group's maximum, its dead letter."""
         with self._writing():
             original = self.read(phys_offset)
-            route = route_send_back(original, self.metadata.group(group), delay_level, max_reconsume_times)
+            route = route_send_back(original, self.metadata.group(group), delay_level, max_reconsume_times,
+                                    reconsume_times=reconsume_times)
             now = self.clock.now_ms()
             built = self._builder.build_copy(original, route.topic, route.queue_id, route.reconsume_times,
                                              route.properties)
-            return self._append_planned([built], now)[0], route
+            result = self._append_planned([built], now)[0]
+            self._trace(self._send_back_events(original, group, route, result, reason, delay_level, now), now)
+            return result, route
+
+    def resend_dead_letter(self, phys_offset: int, actor: str | None = None) -> PutResult:
+        """Put a dead letter back on the topic it was consumed from, as a fresh delivery
+        (reconsume times 0, same body, keys, tags and unique key)."""
+        with self._writing():
+            dead = self.read(phys_offset)
+            if not topics.is_dlq_topic(dead.topic):
+                raise InvalidMessageError(f"the message at {phys_offset} is in {dead.topic}, not a dead-letter topic")
+            props = dead.properties
+            origin = props.get(topics.DLQ_ORIGIN_TOPIC) or props.get(topics.RETRY_TOPIC) or props.get(topics.REAL_TOPIC)
+            if not origin or topics.is_retry_topic(origin):
+                raise InvalidMessageError(f"the dead letter at {phys_offset} does not say which topic it came from")
+            dropped = {topics.DELAY, topics.REAL_TOPIC, topics.REAL_QID, topics.WAIT, topics.RETRY_TOPIC,
+                       topics.DLQ_ORIGIN_TOPIC, topics.DLQ_ORIGIN_MESSAGE_ID, topics.CLUSTER}
+            kept = {name: value for name, value in props.items() if name not in dropped}
+            kept[topics.CLUSTER] = self.config.cluster
+            form = self.metadata.topic_for_send(origin)
+            now = self.clock.now_ms()
+            queue_id = dead.queue_offset % form.queues
+            result = self._append_planned([self._builder.build_copy(dead, origin, queue_id, 0, kept)], now)[0]
+            why = f"resent from {dead.topic}" + (f" by {actor}" if actor else "")
+            self._trace([TraceEvent(TraceKind.RESENT, dead.unique_key or dead.offset_msg_id, now, result.topic,
+                                    result.queue_id, result.queue_offset, result.offset_msg_id, reason=why)], now)
+            return result
+
+    def _send_back_events(self, original: StoredMessage, group: str, route: SendBack, result: PutResult,
+                          reason: str | None, delay_level: int, now: int) -> list[TraceEvent]:
+        key = original.unique_key or original.offset_msg_id
+        failed = TraceEvent(TraceKind.FAILED, key, now, original.topic, original.queue_id, original.queue_offset,
+                            original.offset_msg_id, group=group, attempt=route.reconsume_times, reason=reason)
+        if route.dead_letter:
+            if delay_level < 0:
+                why = "the consumer asked for no more retries"
+            else:
+                why = f"{route.reconsume_times - 1} reconsumes reached the group's maximum"
+            moved = TraceEvent(TraceKind.DEAD_LETTER, key, now, result.topic, result.queue_id, result.queue_offset,
+                               result.offset_msg_id, group=group, reconsume_times=route.reconsume_times, reason=why)
+        else:
+            due = self.delay_levels.deliver_time(result.queue_id + 1, result.store_timestamp, result.phys_offset)
+            moved = TraceEvent(TraceKind.RETRY, key, now, result.topic, result.queue_id, result.queue_offset,
+                               result.offset_msg_id, group=group, reconsume_times=route.reconsume_times,
+                               due_ms=due, real_topic=route.topic)
+        return [failed, moved]
 
     def _assign_queue_offsets(self, planned: list[tuple[tuple, str, str]]) -> tuple[np.ndarray, dict]:
         """Queue offsets from RocketMQ's topic-queue table (the next offset of each queue, ahead
@@ -412,6 +726,70 @@ class MessageStore:
                             max_results: int = DEFAULT_QUERY_MAX) -> QueryResult:
         """Messages of `topic` whose UNIQ_KEY equals `unique_key`, newest first."""
         return self._query(topic, unique_key, begin, end, max_results, lambda m: m.unique_key == unique_key)
+
+    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_messages: int = 32,
+             tags: str | None = None, *, trace: bool = True) -> PullResult:
+        """Up to `max_messages` messages of one queue from `offset` whose tag matches, recorded as
+        delivered to `group`. An offset outside the queue starts from its nearest end."""
+        check_pull_size(max_messages)
+        wanted = TagFilter(tags)
+        config = self.metadata.topic(topic)
+        check_consumable(topic, config is None or config.readable)
+        found: list[StoredMessage] = []
+        with self._lock:
+            cq = self.queues.get(topic, queue_id)
+            if cq is None:
+                return PullResult([], 0, 0, 0)
+            position = min(max(offset, cq.min_offset), cq.max_offset)
+            for unit in cq.units(position, max_messages * SCAN_LIMIT_FACTOR):
+                position = unit.queue_offset + 1
+                if not wanted.matches_code(unit.tags_code):
+                    continue
+                msg = self.commitlog.read(unit.phys_offset)
+                if wanted.matches(msg):
+                    found.append(msg)
+                    if len(found) == max_messages:
+                        break
+            result = PullResult(found, position, cq.min_offset, cq.max_offset)
+        if found and trace and self.config.trace and not self.read_only:
+            with self._writing():
+                now = self.clock.now_ms()
+                self._trace([TraceEvent(TraceKind.DELIVERED, m.unique_key or m.offset_msg_id, now, m.topic, m.queue_id,
+                                        m.queue_offset, m.offset_msg_id, group=group, attempt=m.reconsume_times + 1)
+                             for m in found], now)
+        return result
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record that `group` consumed `topic`:`queue_id` up to (not including) `offset`."""
+        with self._lock:
+            cq = self.queues.get(topic, queue_id)
+            high = cq.max_offset if cq is not None else 0
+            if type(offset) is not int or not 0 <= offset <= high:
+                raise InvalidIdError(f"offset {offset!r} is outside queue {topic}:{queue_id} [0, {high}]")
+            self.offsets.commit(topic, group, queue_id, offset)
+
+    def timeline(self, id_or_key: str, max_events: int = MAX_QUERY_RESULTS) -> list[TraceEvent]:
+        """The ordered lifecycle events of a message, given its unique key or the offset id of
+        any of its copies (original, scheduled, retry, dead letter)."""
+        events = self._trace_events(id_or_key, max_events)
+        keys = {e.unique_key for e in events}
+        if len(keys) == 1 and id_or_key not in keys:
+            events = self._trace_events(keys.pop(), max_events)
+        return events
+
+    def _trace_events(self, key: str, max_events: int) -> list[TraceEvent]:
+        found = []
+        with self._lock:
+            for phys in self.index.query(topics.TRACE_TOPIC, key):
+                try:
+                    event = decode_trace(self.commitlog.read(phys))
+                except StoreError:
+                    continue
+                if event is not None and key in (event.unique_key, event.offset_msg_id):
+                    found.append((phys, event))
+                    if len(found) == max_events:
+                        break
+        return ordered(found)
 
     def put_topic(self, config: TopicConfig) -> TopicConfig:
         """Create a topic or change its queue count or permission."""

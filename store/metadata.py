@@ -167,6 +167,8 @@ class Metadata:
                 config = TopicConfig(name, queues=group.retry_queues if group else 1)
             elif name == topics.SCHEDULE_TOPIC:
                 config = TopicConfig(name, queues=self.schedule_queues)
+            elif name == topics.TIMER_TOPIC:
+                config = TopicConfig(name, queues=1)
             elif self.auto_create_topics:
                 config = TopicConfig(name, queues=self.default_queues)
             else:

@@ -1,7 +1,8 @@
 """What a producer's message becomes in the commit log, as RocketMQ 4.9's broker writes it.
 
 The record keeps the client's properties plus CLUSTER, in java.util.HashMap order, without WAIT;
-a delayed message goes to SCHEDULE_TOPIC_XXXX with its real topic and queue in properties."""
+a delayed message goes to SCHEDULE_TOPIC_XXXX, one with a later delivery time to the timer topic,
+with its real topic and queue in properties."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import NamedTuple
 from store import codec, ids, topics
 from store.codec import StoredMessage
 from store.delay_levels import DelayLevels
+from store.delivery_time import requested_deliver_ms
 from store.errors import InvalidMessageError
 from store.hosts import HostAddress
 from store.layouts import MAGIC_V1, MAGIC_V2, PROPERTIES_LEN, TOPIC_LEN_V1, TOPIC_LEN_V2
@@ -114,6 +116,8 @@ class RecordBuilder:
         self._hosts: dict[str, HostAddress] = {}
         self._round_robin: dict[str, Iterator[int]] = {}
         self._plan: tuple | None = None
+        # Delivery times up to here go straight to their topic: the timer has delivered that far.
+        self.timer_floor_ms = 0
 
     def build_many(self, messages: list[NewMessage], now: int) -> list[tuple[tuple, str, str]]:
         """`build` of each message: the compiled builder takes the common shape, Python the rest."""
@@ -179,6 +183,7 @@ class RecordBuilder:
             body = zlib.compress(body, 5)
             sys_flag |= codec.COMPRESSED_FLAG
         if m.delay_level and m.delay_level > 0:
+            props.pop(topics.TIMER_DELIVER_MS, None)  # a delay level wins, as in RocketMQ 5
             delay = self.delay_levels.clamp(m.delay_level)
             props[topics.DELAY] = str(delay)
             props[topics.REAL_TOPIC] = topic
@@ -186,6 +191,13 @@ class RecordBuilder:
             props[topics.WAIT] = "true"
             topic, queue_id = topics.SCHEDULE_TOPIC, delay - 1
             form = self._topics.get(topic) or self._topic_form(topic)
+        elif topics.TIMER_DELIVER_MS in props:
+            deliver_ms = requested_deliver_ms(props, now)
+            if deliver_ms > max(now, self.timer_floor_ms):
+                props[topics.REAL_TOPIC] = topic
+                props[topics.REAL_QID] = str(queue_id)
+                topic, queue_id = topics.TIMER_TOPIC, 0
+                form = self._topics.get(topic) or self._topic_form(topic)
         props[topics.CLUSTER] = self.cluster
         props_bytes = self._properties_bytes(props)
         born_host = self._host(m.born_host) if m.born_host else self.store_host

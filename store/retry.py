@@ -25,22 +25,25 @@ class SendBack:
 
 
 def route_send_back(original: StoredMessage, group: GroupConfig, delay_level: int = 0,
-                    max_reconsume_times: int | None = None, rng: random.Random | None = None) -> SendBack:
+                    max_reconsume_times: int | None = None, rng: random.Random | None = None,
+                    reconsume_times: int | None = None) -> SendBack:
     """The send-back of `original` by `group`: to the DLQ once its reconsume times reach the
     group's maximum or when `delay_level` is negative, else to the retry topic after delay level
-    `delay_level`, or 3 + reconsume times when it is 0."""
+    `delay_level`, or 3 + reconsume times when it is 0. `reconsume_times` stands for the
+    record's own count when the consumer kept count itself (orderly retries in place)."""
     limit = group.max_reconsume_times if max_reconsume_times is None else max_reconsume_times
+    reconsumed = original.reconsume_times if reconsume_times is None else reconsume_times
     props = dict(original.properties)
     if topics.RETRY_TOPIC not in props:
         props[topics.RETRY_TOPIC] = original.topic
     props[topics.WAIT] = "false"
-    dead = original.reconsume_times >= limit or delay_level < 0
+    dead = reconsumed >= limit or delay_level < 0
     if dead:
         topic, queue_id, level = topics.dlq_topic(group.name), 0, 0
     else:
         topic = topics.retry_topic(group.name)
         queue_id = (rng or random).randrange(group.retry_queues)
-        level = delay_level if delay_level > 0 else FIRST_RETRY_DELAY_LEVEL + original.reconsume_times
+        level = delay_level if delay_level > 0 else FIRST_RETRY_DELAY_LEVEL + reconsumed
     props[topics.DELAY] = str(level)
     props[topics.ORIGIN_MESSAGE_ID] = props.get(topics.ORIGIN_MESSAGE_ID) or original.offset_msg_id
-    return SendBack(topic, queue_id, original.reconsume_times + 1, props, dead, level)
+    return SendBack(topic, queue_id, reconsumed + 1, props, dead, level)

@@ -10,6 +10,7 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+TIMER_TOPIC = "rmq_sys_wheel_timer"  # messages waiting for an arbitrary delivery time (RocketMQ 5)
 MAX_TOPIC_BYTES = 127
 TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
@@ -26,6 +27,8 @@ ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 CLUSTER = "CLUSTER"
 TRAN_MSG = "TRAN_MSG"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"  # 5.x: on a dead letter, the topic it was consumed from
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"  # 5.x: on a dead letter, the message id consumers saw
 
 
 def retry_topic(group: str) -> str:
@@ -46,7 +49,7 @@ def is_dlq_topic(topic: str) -> bool:
 
 def copy_kind(topic: str) -> str:
     """Which copy of a message a topic holds: original, scheduled, retry or dead letter."""
-    if topic == SCHEDULE_TOPIC:
+    if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
         return "scheduled"
     if is_retry_topic(topic):
         return "retry"

@@ -7,7 +7,8 @@ from tests.conftest import GOLDEN_GEOMETRY
 
 
 def small_config(**overrides) -> StoreConfig:
-    values = {"geometry": GOLDEN_GEOMETRY, "flush": "sync"}
+    """Golden geometry, sync flush, and no lifecycle trace records unless a test asks for them."""
+    values = {"geometry": GOLDEN_GEOMETRY, "flush": "sync", "trace": False}
     values.update(overrides)
     return StoreConfig(**values)
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 
+import pytest
+
+from store import topics
 from store.clock import FakeClock
-from store.delay_levels import DelayLevels
+from store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
+from store.errors import InvalidConfigError
 from store.message_store import MessageStore, NewMessage
 from tests.store.helpers import small_config
 
@@ -76,3 +81,117 @@ def test_a_scheduled_message_without_a_real_topic_is_skipped_not_stuck(tmp_path)
         assert [r.topic for r in result.delivered] == ["Orders"]
         assert len(result.skipped) == 1 and "undeliverable" in result.skipped[0][1]
         assert store.deliver_due().skipped == []
+
+
+def put_delayed(store, level, body=b"x"):
+    return store.put(NewMessage(topic="Orders", body=body, delay_level=level, queue_id=0))
+
+
+def delivered_bodies(store):
+    return [store.read(r.phys_offset).body for r in store.deliver_due().delivered]
+
+
+def test_a_table_change_applies_to_new_messages_while_scheduled_ones_keep_their_time(tmp_path):
+    clock = FakeClock(START_MS)
+    with MessageStore.open(tmp_path, small_config(), clock=clock) as store:
+        old = put_delayed(store, 3, b"old")  # 10 s
+        clock.advance(1_000)
+        store.set_delay_levels("1s 5s 2s")
+        assert store.delay_level_table() == "1s 5s 2s"
+        new = put_delayed(store, 3, b"new")  # 2 s: due before the old one, in the same queue
+        cq = store.queues.get(topics.SCHEDULE_TOPIC, 2)
+        assert [cq.get(p.queue_offset).tags_code for p in (old, new)] == [START_MS + 10_000, START_MS + 3_000]
+        clock.set(START_MS + 2_999)
+        assert delivered_bodies(store) == []
+        clock.set(START_MS + 3_000)
+        assert delivered_bodies(store) == [b"new"]
+        clock.set(START_MS + 9_999)
+        assert delivered_bodies(store) == []
+        clock.set(START_MS + 10_000)
+        assert delivered_bodies(store) == [b"old"]
+        assert store.scheduler.pending()[3] == 0
+        assert store.check().ok
+
+
+def test_messages_split_by_a_table_change_are_delivered_once_across_a_restart(tmp_path):
+    clock = FakeClock(START_MS)
+    with MessageStore.open(tmp_path, small_config(), clock=clock) as store:
+        put_delayed(store, 3, b"old")
+        store.set_delay_levels("1s 5s 2s")
+        put_delayed(store, 3, b"new")
+        clock.set(START_MS + 2_000)
+        assert delivered_bodies(store) == [b"new"]
+    saved = json.loads((tmp_path / "config" / "delayOffset.json").read_text())
+    assert saved == {"offsetTable": {"3": 0}, "laterRuns": {"3": [[1, 2]]}}
+    with MessageStore.open(tmp_path, small_config(), clock=clock) as store:
+        assert store.scheduler.pending()[3] == 1
+        clock.set(START_MS + 10_000)
+        assert delivered_bodies(store) == [b"old"]
+        clock.set(START_MS + 10**9)
+        assert delivered_bodies(store) == []
+    saved = json.loads((tmp_path / "config" / "delayOffset.json").read_text())
+    assert saved == {"offsetTable": {"3": 2}}
+
+
+def test_shrinking_the_table_delivers_nothing_early_and_still_delivers_dropped_levels(tmp_path):
+    clock = FakeClock(START_MS)
+    with MessageStore.open(tmp_path, small_config(), clock=clock) as store:
+        put_delayed(store, 18, b"2h")
+        store.set_delay_levels("1s")
+        clamped = put_delayed(store, 5, b"clamped")
+        assert (clamped.queue_id, store.read(clamped.phys_offset).properties["DELAY"]) == (0, "1")
+        clock.advance(1_000)
+        assert delivered_bodies(store) == [b"clamped"]
+        clock.set(START_MS + 7_200_000 - 1)
+        assert delivered_bodies(store) == []
+        assert store.scheduler.pending()[18] == 1
+        clock.set(START_MS + 7_200_000)
+        assert delivered_bodies(store) == [b"2h"]
+
+
+@pytest.mark.parametrize("bad", ["", " ", "1x", "1s  2s", "1s ", "0s", "-1s", "s", "41d", " ".join(["1s"] * 1025),
+                                 None, 5])
+def test_a_bad_delay_table_is_refused_and_changes_nothing(tmp_path, bad):
+    with MessageStore.open(tmp_path, small_config(), clock=FakeClock(START_MS)) as store:
+        with pytest.raises(InvalidConfigError):
+            store.set_delay_levels(bad)
+        assert store.delay_level_table() == DEFAULT_DELAY_LEVELS
+        assert not (tmp_path / "config" / "delayLevels.json").exists()
+
+
+def test_the_table_persists_and_wins_over_the_configured_one(tmp_path):
+    clock = FakeClock(START_MS)
+    with MessageStore.open(tmp_path, small_config(), clock=clock) as store:
+        old = put_delayed(store, 2, b"old")  # 5 s
+        store.set_delay_levels("2s 4s")
+    assert json.loads((tmp_path / "config" / "delayLevels.json").read_text())["delayLevels"] == "2s 4s"
+    with MessageStore.open(tmp_path, small_config(), clock=clock) as store:
+        assert store.delay_level_table() == "2s 4s"
+        new = put_delayed(store, 2, b"new")  # 4 s
+        clock.set(START_MS + 4_000)
+        assert delivered_bodies(store) == [b"new"]
+        clock.set(START_MS + 4_999)
+        assert delivered_bodies(store) == []
+        clock.set(START_MS + 5_000)
+        assert delivered_bodies(store) == [b"old"]
+    shutil.rmtree(tmp_path / "consumequeue")  # rebuilt from the commit log on open
+    with MessageStore.open(tmp_path, small_config(), clock=clock) as store:
+        cq = store.queues.get(topics.SCHEDULE_TOPIC, 1)
+        assert [cq.get(p.queue_offset).tags_code for p in (old, new)] == [START_MS + 5_000, START_MS + 4_000]
+        assert store.check().ok
+
+
+def test_a_longer_table_adds_levels(tmp_path):
+    clock = FakeClock(START_MS)
+    with MessageStore.open(tmp_path, small_config(), clock=clock) as store:
+        put_delayed(store, 1)
+        assert store.metadata.topic(topics.SCHEDULE_TOPIC).queues == 18
+        store.set_delay_levels(DEFAULT_DELAY_LEVELS + " 3h 4h")
+        put = put_delayed(store, 25, b"4h")
+        assert (put.topic, put.queue_id) == (topics.SCHEDULE_TOPIC, 19)
+        clock.set(START_MS + 4 * 3_600_000 - 1)
+        assert delivered_bodies(store) == [b"x"]
+        clock.advance(1)
+        assert delivered_bodies(store) == [b"4h"]
+    with MessageStore.open(tmp_path, small_config(), clock=clock) as store:
+        assert store.metadata.topic(topics.SCHEDULE_TOPIC).queues == 20

@@ -230,7 +230,7 @@ def build_messages() -> list[list[NewMessage]]:
 def written(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("mqlens-written") / "store"
     batches = build_messages()
-    store = MessageStore.open(root, StoreConfig(geometry=GEOMETRY))
+    store = MessageStore.open(root, StoreConfig(geometry=GEOMETRY, trace=False))
     messages, results = [], []
     try:
         for number, batch in enumerate(batches):
@@ -456,7 +456,7 @@ def test_put_many_gives_each_message_of_a_queue_its_own_queue_offset(tmp_path):
     """Spec 3.2/5: QUEUEOFFSET is the message's index in its consume queue, so a batch of messages for
     one queue must get consecutive offsets, and each must get its consume queue unit."""
     root = tmp_path / "store"
-    store = MessageStore.open(root, StoreConfig(geometry=GEOMETRY))
+    store = MessageStore.open(root, StoreConfig(geometry=GEOMETRY, trace=False))
     try:
         results = store.put_many([NewMessage(topic="TopicA", body=f"m{i}".encode(), queue_id=1)
                                   for i in range(3)])

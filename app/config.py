@@ -1,0 +1,63 @@
+"""Settings of the console server: one class, read from MQLENS_* environment variables.
+
+No instance is made at import time; `create_app(settings)` gets one from its caller."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from store.geometry import StoreGeometry
+
+DB_FILE_NAME = "mqlens.db"
+STORE_DIR_NAME = "store"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MQLENS_", extra="ignore")
+
+    data_dir: Path = Path("./data")
+    # Operator state (audit log, delay-level versions...); default: sqlite file mqlens.db in data_dir.
+    database_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    flush: Literal["sync", "async"] = "async"
+    # Store geometry: unset fields keep RocketMQ's defaults.
+    commitlog_file_size: int | None = Field(None, ge=4096)
+    cq_file_size: int | None = Field(None, ge=20)
+    index_slots: int | None = Field(None, ge=1)
+    index_entries: int | None = Field(None, ge=2)
+    schedule_interval_ms: int = Field(50, ge=0)  # 0: delayed messages are delivered only on demand
+    demo: bool = False
+    max_pending_puts: int = Field(256, ge=0)  # puts in progress at once; beyond it: 429
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, url: str | None) -> str | None:
+        if url:
+            try:
+                make_url(url).get_dialect()
+            except ArgumentError as exc:  # a malformed URL or a database SQLAlchemy cannot load
+                raise ValueError(f"unusable database URL: {exc}") from None
+        return url
+
+    @model_validator(mode="after")
+    def _default_database_url(self) -> Settings:
+        if not self.database_url:
+            self.database_url = f"sqlite:///{(self.data_dir / DB_FILE_NAME).as_posix()}"
+        return self
+
+    @property
+    def store_dir(self) -> Path:
+        return self.data_dir / STORE_DIR_NAME
+
+    def geometry(self) -> StoreGeometry:
+        given = {name: getattr(self, name) for name in
+                 ("commitlog_file_size", "cq_file_size", "index_slots", "index_entries")
+                 if getattr(self, name) is not None}
+        return StoreGeometry(**given)

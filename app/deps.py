@@ -1,0 +1,52 @@
+"""Request dependencies: what the lifespan put on app.state, typed for routes."""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import Settings
+from app.services.flow import PutGate
+from store.clock import Clock
+from store.message_store import MessageStore
+
+
+async def get_store(request: Request) -> MessageStore:
+    return request.app.state.store
+
+
+async def get_sessions(request: Request) -> sessionmaker[Session]:
+    return request.app.state.sessions
+
+
+async def get_clock(request: Request) -> Clock:
+    return request.app.state.clock
+
+
+async def get_put_gate(request: Request) -> PutGate:
+    return request.app.state.put_gate
+
+
+async def get_config_lock(request: Request) -> threading.Lock:
+    return request.app.state.config_lock
+
+
+async def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def get_actor(request: Request) -> str:
+    """Who acts: the signed-in user or token owner once the console has them."""
+    return "anonymous"
+
+
+StoreDep = Annotated[MessageStore, Depends(get_store)]
+SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
+ClockDep = Annotated[Clock, Depends(get_clock)]
+PutGateDep = Annotated[PutGate, Depends(get_put_gate)]
+ConfigLockDep = Annotated[threading.Lock, Depends(get_config_lock)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+ActorDep = Annotated[str, Depends(get_actor)]

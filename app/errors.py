@@ -1,0 +1,161 @@
+"""The one error path: every error becomes {"ok": false, "error": message, "status": N}.
+
+Domain errors (the store's and the services') map to 4xx by class; request validation to 422
+(malformed JSON to 400); unknown routes and methods to 404/405; flow control to 429 with
+Retry-After; anything else to 500 with a generic message (the traceback goes to the log only).
+The console's error pages and fragments will branch off `error_response` when they come."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.services.errors import ConflictError, ForbiddenError, InvalidRequestError, NotFoundError, ServiceError
+from store.errors import (
+    FlowControlError,
+    MessageNotFoundError,
+    ReadOnlyStoreError,
+    StoreError,
+    StoreLockedError,
+    StoreNotFoundError,
+)
+from store.metadata import TopicNotFoundError
+
+__all__ = ["FlowControlError", "error_response", "install_error_handlers", "status_for"]
+
+log = logging.getLogger("mqlens.app")
+
+INTERNAL_ERROR_MESSAGE = "internal server error (details are in the server log)"
+
+# Most specific first: the first class an error is an instance of gives its status.
+_STATUS_BY_CLASS: tuple[tuple[type[Exception], int], ...] = (
+    (FlowControlError, 429),
+    (TopicNotFoundError, 404),
+    (MessageNotFoundError, 404),
+    (StoreNotFoundError, 404),
+    (NotFoundError, 404),
+    (ReadOnlyStoreError, 409),
+    (StoreLockedError, 409),
+    (ConflictError, 409),
+    (ForbiddenError, 403),
+    (InvalidRequestError, 400),
+)
+
+
+def status_for(exc: Exception) -> int:
+    """The HTTP status of a domain error; 500 for anything not meant for the caller."""
+    for cls, status in _STATUS_BY_CLASS:
+        if isinstance(exc, cls):
+            return status
+    if isinstance(exc, (StoreError, ServiceError)) and isinstance(exc, ValueError):
+        return 400  # InvalidMessageError, InvalidIdError, MetadataError...
+    return 500
+
+
+def error_response(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    """The body of every error response."""
+    return JSONResponse({"ok": False, "error": message, "status": status}, status_code=status, headers=headers)
+
+
+def _message(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+async def _domain_error(request: Request, exc: Exception) -> Response:
+    status = status_for(exc)
+    if status >= 500:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error_response(request, 500, INTERNAL_ERROR_MESSAGE)
+    headers = None
+    if isinstance(exc, FlowControlError):
+        headers = {"Retry-After": str(max(1, int(exc.retry_after_s)))}
+    return error_response(request, status, _message(exc), headers)
+
+
+# Tags of the tagged union of request bodies (one object or a list): the branch taken, not a field.
+_BODY_UNION_TAGS = frozenset({"one", "many"})
+
+
+def _location(loc: tuple) -> str:
+    """("body", "many", 1, "keys") -> "body[1].keys"."""
+    if len(loc) > 1 and loc[0] == "body" and loc[1] in _BODY_UNION_TAGS:
+        loc = (loc[0], *loc[2:])
+    parts: list[str] = []
+    for part in loc:
+        parts.append(f"[{part}]" if isinstance(part, int) else ("." if parts else "") + str(part))
+    return "".join(parts)
+
+
+def validation_message(exc: RequestValidationError) -> tuple[int, str]:
+    errors = exc.errors()
+    for error in errors:
+        if error.get("type") == "json_invalid":
+            detail = (error.get("ctx") or {}).get("error") or "not JSON"
+            return 400, f"malformed JSON body: {detail}"
+    parts = []
+    for error in errors[:10]:
+        where = _location(tuple(error.get("loc", ())))
+        message = str(error.get("msg", "invalid"))
+        if error.get("type") == "value_error" and (error.get("ctx") or {}).get("error") is not None:
+            message = str(error["ctx"]["error"])  # a validator's own words, without "Value error, "
+        parts.append(f"{where}: {message}" if where else message)
+    if len(errors) > 10:
+        parts.append(f"... and {len(errors) - 10} more")
+    return 422, "invalid request: " + "; ".join(parts)
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+    status, message = validation_message(exc)
+    return error_response(request, status, message)
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    if exc.status_code == 404 and exc.detail == "Not Found":
+        message = f"not found: {request.url.path}"
+    elif exc.status_code == 405 and exc.detail == "Method Not Allowed":
+        message = f"method {request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return error_response(request, exc.status_code, message, exc.headers)
+
+
+class UnexpectedErrorMiddleware:
+    """Turns an exception no handler took into a logged, generic 500 (no traceback in the body)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            request = Request(scope)
+            log.exception("%s %s failed", request.method, request.url.path)
+            if started:
+                raise
+            await error_response(request, 500, INTERNAL_ERROR_MESSAGE)(scope, receive, send)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(StoreError, _domain_error)
+    app.add_exception_handler(ServiceError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_middleware(UnexpectedErrorMiddleware)

@@ -1,0 +1,107 @@
+"""The FastAPI application: `create_app(settings)` builds everything; the lifespan opens the
+database (migrated) and the store, and closes them on shutdown."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
+
+from app.config import Settings
+from app.db import make_engine, migrate, session_factory
+from app.errors import install_error_handlers
+from app.routes import config as config_routes
+from app.routes import groups, health, messages, topics
+from app.services import config as config_service
+from app.services.demo import DemoWorkload
+from app.services.flow import PutGate
+from store.clock import Clock, SystemClock
+from store.delay_levels import DEFAULT_DELAY_LEVELS
+from store.message_store import MessageStore, StoreConfig
+
+log = logging.getLogger("mqlens.app")
+
+
+@dataclass
+class _Resources:
+    engine: Engine
+    sessions: sessionmaker[Session]
+    store: MessageStore
+    demo: DemoWorkload | None = None
+
+
+def _start(settings: Settings, clock: Clock) -> _Resources:
+    assert settings.database_url is not None
+    migrate(settings.database_url)
+    engine = make_engine(settings.database_url)
+    try:
+        sessions = session_factory(engine)
+        levels = config_service.stored_delay_levels(sessions) or DEFAULT_DELAY_LEVELS
+        store_config = StoreConfig(geometry=settings.geometry(), flush=settings.flush,
+                                   schedule_interval_ms=settings.schedule_interval_ms, delay_levels=levels)
+        store = MessageStore.open(settings.store_dir, store_config, clock=clock)
+    except BaseException:
+        engine.dispose()
+        raise
+    try:
+        for line in config_service.reconcile_delay_levels(store, sessions):
+            log.info("start-up: %s", line)
+        demo = DemoWorkload(store).start() if settings.demo else None
+    except BaseException:
+        store.close()
+        engine.dispose()
+        raise
+    return _Resources(engine, sessions, store, demo)
+
+
+def _stop(resources: _Resources) -> None:
+    try:
+        if resources.demo is not None:
+            resources.demo.stop()
+    finally:
+        try:
+            resources.store.close()
+        finally:
+            resources.engine.dispose()
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("mqlens")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
+    clock = clock or SystemClock()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        resources = await run_in_threadpool(_start, settings, clock)
+        app.state.store = resources.store
+        app.state.sessions = resources.sessions
+        app.state.demo = resources.demo
+        try:
+            yield
+        finally:
+            await run_in_threadpool(_stop, resources)
+
+    app = FastAPI(title="mqlens", version=_version(), lifespan=lifespan,
+                  description="Operations console and REST API of an embedded RocketMQ-compatible broker store. "
+                              'Every error answers {"ok": false, "error": "...", "status": N}.')
+    app.state.settings = settings
+    app.state.clock = clock
+    app.state.put_gate = PutGate(settings.max_pending_puts)
+    app.state.config_lock = threading.Lock()  # one configuration change at a time
+    install_error_handlers(app)
+    for module in (health, messages, topics, groups, config_routes):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,12 @@
+"""HTTP routes: parse the request, call one service, shape the response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.schemas import ErrorResponse
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries of the error statuses a route can answer with (all share one body)."""
+    return {status: {"model": ErrorResponse} for status in statuses}

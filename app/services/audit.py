@@ -1,0 +1,90 @@
+"""Operator actions: intent and audit row in one transaction, then the act, then the outcome.
+
+A request repeated with the same idempotency key acts once: the repeat gets the first one's
+result. Entries left pending by a crash are settled by the owner of the action at start-up."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.models import AuditEntry
+from app.services.errors import ConflictError, InvalidRequestError
+from store.clock import Clock
+
+MAX_IDEMPOTENCY_KEY = 255
+PENDING, OK, FAILED = "pending", "ok", "failed"
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    entry_id: int
+    result: dict  # what the intent recorded (a new version number...)
+    replayed: bool  # True: an earlier request with the same idempotency key did the work
+
+
+def _replay(entry: AuditEntry, action: str, target: str, request: dict) -> ActionResult:
+    detail = json.loads(entry.detail)
+    if entry.action != action or entry.target != target or detail.get("request") != request:
+        raise ConflictError("this idempotency key was already used for a different request")
+    if entry.outcome == PENDING:
+        raise ConflictError("a request with this idempotency key is still in progress")
+    if entry.outcome == FAILED:
+        raise ConflictError(f"a request with this idempotency key failed: {entry.outcome_detail}")
+    return ActionResult(entry.id, detail.get("result", {}), True)
+
+
+def _find(sessions: sessionmaker[Session], key: str) -> AuditEntry | None:
+    with sessions() as s:
+        return s.scalars(select(AuditEntry).where(AuditEntry.idempotency_key == key)).first()
+
+
+def perform(sessions: sessionmaker[Session], clock: Clock, *, actor: str, action: str, target: str, request: dict,
+            intent: Callable[[Session], dict], act: Callable[[dict], None],
+            undo: Callable[[Session, dict], None] | None = None, idempotency_key: str | None = None) -> ActionResult:
+    """Record the intent (intent(session) adds its rows, returns what it decided) with a pending
+    audit row, run act(decided), then record the outcome. When act raises, undo(session, decided)
+    runs in the transaction that marks the entry failed, and the error propagates."""
+    if idempotency_key is not None:
+        if not idempotency_key or len(idempotency_key) > MAX_IDEMPOTENCY_KEY:
+            raise InvalidRequestError(f"an idempotency key has 1 to {MAX_IDEMPOTENCY_KEY} characters")
+        earlier = _find(sessions, idempotency_key)
+        if earlier is not None:
+            return _replay(earlier, action, target, request)
+    try:
+        with sessions.begin() as s:
+            entry = AuditEntry(at_ms=clock.now_ms(), actor=actor, action=action, target=target,
+                               detail=json.dumps({"request": request}), idempotency_key=idempotency_key,
+                               outcome=PENDING)
+            s.add(entry)
+            decided = intent(s)
+            entry.detail = json.dumps({"request": request, "result": decided})
+            s.flush()
+            entry_id = entry.id
+    except IntegrityError:
+        earlier = _find(sessions, idempotency_key) if idempotency_key is not None else None
+        if earlier is not None:
+            return _replay(earlier, action, target, request)
+        raise ConflictError("a concurrent change got there first; retry") from None
+    try:
+        act(decided)
+    except Exception as exc:
+        with sessions.begin() as s:
+            entry = s.get_one(AuditEntry, entry_id)
+            entry.outcome, entry.outcome_detail = FAILED, f"{type(exc).__name__}: {exc}"[:2000]
+            if undo is not None:
+                undo(s, decided)
+        raise
+    with sessions.begin() as s:
+        s.get_one(AuditEntry, entry_id).outcome = OK
+    return ActionResult(entry_id, decided, False)
+
+
+def pending(session: Session, action: str) -> list[AuditEntry]:
+    return list(session.scalars(select(AuditEntry).where(AuditEntry.action == action, AuditEntry.outcome == PENDING)
+                                .order_by(AuditEntry.id)))

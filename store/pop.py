@@ -1,0 +1,478 @@
+"""Pop-style receive (RocketMQ 5 SimpleConsumer semantics) in the embedded store.
+
+A group receives up to N messages of a topic, taken fairly from all its queues: each is
+invisible to the group for `invisible_ms` and comes with a receipt handle and a 1-based
+delivery attempt. `ack` with the handle ends the message for the group; `nack` reports a
+failure; `change_invisible` moves the deadline (from now) and replaces the handle.
+
+Redelivery rule: when attempt `a` fails, by a nack at time t or by its invisible time running
+out at time e (then t = e, whenever the expiry is noticed), attempt `a + 1` becomes visible
+at t + backoff(a), where backoff(a) is the delay of level min(2 + a, max level) of the
+store's current delay level table (attempt 1 waits level 3 = 10 s, attempt 2 level 4 = 30 s,
+... as RocketMQ's retry schedule). A group allows max_reconsume_times + 1 attempts (17 by
+default); when attempt `a` fails and `a` has reached that, the message is dead-lettered: a
+copy with reconsume times `a` is written to %DLQ%group queue 0, carrying ORIGIN_MESSAGE_ID,
+RETRY_TOPIC, DLQ_ORIGIN_TOPIC and DLQ_ORIGIN_MESSAGE_ID (the unique key, else the offset id).
+
+Unlike RocketMQ's broker, which writes checkpoints and retry copies to system topics,
+redelivery re-reads the original record; only the dead letter is a new record. Expiries are
+noticed by `revive_due` (the store's scheduler thread calls it) and, for one group and
+topic, at the start of each receive.
+
+Handles are valid for the current delivery of a message only: after a redelivery, a nack,
+an ack or a change_invisible the older handle is refused with ReceiptHandleError, and so is
+a handle whose invisible time has run out (even before the expiry is processed).
+
+Bounds: max_messages 1..1000, invisible_ms 1 s..12 h, wait_ms 0..60 s. A topic that does not
+exist yet gives no messages (a long poll waits for it); dead-letter topics, the schedule topic
+and topics without read permission are refused with NotReadableError. A group starts
+each queue at its committed consumer offset, else at the queue's first message, and keeps the
+committed offset at the lowest offset not yet done (acked, dead-lettered or passed over by
+the tag filter).
+
+Persistence: the in-flight state is written to config/popState.json by the store's flush (the
+snapshot is taken before the commit log is synced, so it never names a message the log may
+lose). After a clean restart the handles of the current deliveries are still accepted and
+deadlines are kept; entries in flight are redelivered after their invisible time with the
+next attempt. After a crash the state of the last flush applies: messages received since are
+delivered again (at least once), handles issued since are refused, nothing is skipped."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from store import topics
+from store.codec import StoredMessage
+from store.consume_queue import ConsumeQueue, QueueUnit
+from store.errors import StoreError
+from store.metadata import GroupConfig, TopicConfig
+from store.pop_state import InFlight, PopState, Subscription, load_state, save_state
+from store.pull import NotReadableError, TagFilter, check_consumable
+from store.receipt import ReceiptHandleError, decode_handle, new_handle
+from store.retry import FIRST_RETRY_DELAY_LEVEL
+from store.trace import TraceEvent, TraceKind
+
+if TYPE_CHECKING:
+    from store.message_store import MessageStore
+
+MAX_MESSAGES = 1000
+MIN_INVISIBLE_MS = 1000
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+MAX_WAIT_MS = 60_000
+MAX_REASON_CHARS = 1024
+MAX_SCAN_PER_RECEIVE = 10_000  # queue units looked at per receive (tag filters may pass many over)
+REMEMBERED_HANDLES = 100_000  # retired handles kept to say why they are refused
+POLL_SLICE_S = 0.1  # a long poll also wakes this often, to see messages that became visible again
+TIMEOUT_REASON = "invisible time ran out"
+
+
+class PopRequestError(StoreError, ValueError):
+    """A receive, ack, nack or change_invisible argument is out of bounds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    message: StoredMessage
+    receipt_handle: str
+    delivery_attempt: int  # 1 for the first delivery
+    invisible_until_ms: int
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise PopRequestError(f"{name} must be an integer between {low} and {high}, got {value!r}")
+    return value
+
+
+def _check_reason(reason: object) -> str | None:
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise PopRequestError("a failure reason must be a string")
+    return reason[:MAX_REASON_CHARS]
+
+
+def _tag_filter(expression: object) -> TagFilter:
+    if expression is not None and not isinstance(expression, str):
+        raise PopRequestError("a tag subscription is a string such as '*' or 'TagA || TagB'")
+    try:
+        return TagFilter(expression)
+    except ValueError as exc:
+        raise PopRequestError(str(exc)) from None
+
+
+def dead_letter_properties(original: StoredMessage) -> dict[str, str]:
+    props = dict(original.properties)
+    props.pop(topics.DELAY, None)
+    props.setdefault(topics.RETRY_TOPIC, original.topic)
+    props[topics.ORIGIN_MESSAGE_ID] = props.get(topics.ORIGIN_MESSAGE_ID) or original.offset_msg_id
+    props[topics.DLQ_ORIGIN_TOPIC] = original.topic
+    props[topics.DLQ_ORIGIN_MESSAGE_ID] = original.unique_key or original.offset_msg_id
+    return props
+
+
+class PopService:
+    """Owned by the store; every method that changes state takes the store lock."""
+
+    def __init__(self, store: MessageStore):
+        self._store = store
+        self.state: PopState = load_state(store.paths.config, self._queue_bounds, self._unit_phys)
+        self._changed = False
+        self._retired: OrderedDict[str, str] = OrderedDict()  # old handle -> why it is refused
+        # Nonces only tell deliveries apart (handles are checked against the table), so one seed
+        # from the OS will do: a system call per handle costs more than the rest of a receive.
+        self._nonces = random.Random(os.urandom(16))
+
+    def _queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        cq = self._store.queues.get(topic, queue_id)
+        return None if cq is None else (cq.min_offset, cq.max_offset)
+
+    def _unit_phys(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        cq = self._store.queues.get(topic, queue_id)
+        unit = cq.get(queue_offset) if cq is not None else None
+        return None if unit is None else unit.phys_offset
+
+    def backoff_ms(self, attempt: int) -> int:
+        """How long a message waits after attempt `attempt` failed."""
+        levels = self._store.delay_levels
+        return levels.delay_ms(min(FIRST_RETRY_DELAY_LEVEL - 1 + attempt, levels.max_level))
+
+    # -- receive -----------------------------------------------------------------------------
+    def receive(self, group: str, topic: str, max_messages: int, invisible_ms: int, tags: str | None = None,
+                wait_ms: int = 0) -> list[Received]:
+        _check_int("max_messages", max_messages, 1, MAX_MESSAGES)
+        _check_int("invisible_ms", invisible_ms, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
+        _check_int("wait_ms", wait_ms, 0, MAX_WAIT_MS)
+        accepts = _tag_filter(tags)
+        store = self._store
+        deadline = time.monotonic() + wait_ms / 1000
+        with store._writing():
+            while True:
+                received, more_to_scan = self._receive_now(group, topic, max_messages, invisible_ms, accepts)
+                remaining = deadline - time.monotonic()
+                if received or remaining <= 0:
+                    return received
+                if not more_to_scan:
+                    store._appended.wait(min(remaining, POLL_SLICE_S))  # releases the store lock
+                if store._closed:
+                    raise StoreError("the store is closed")
+
+    def _receive_now(self, group: str, topic: str, want: int, invisible_ms: int,
+                     accepts: TagFilter) -> tuple[list[Received], bool]:
+        store = self._store
+        group_config = store.metadata.group(group)
+        config = self._readable_topic(topic)
+        if not group_config.consume_enable:
+            raise PopRequestError(f"consumption is disabled for group {group}")
+        if config is None:
+            return [], False
+        now = store.clock.now_ms()
+        sub = self.state.subscription(group, topic)
+        touched: set[int] = set()
+        events: list[TraceEvent] = []
+        self._expire(sub, now, group_config, events, touched)
+        taken = self._take_visible(sub, now, want, accepts, touched)
+        fresh, more_to_scan = self._take_new(sub, config, want - len(taken), accepts, touched)
+        for queue_id, unit, msg in fresh:
+            entry = InFlight(queue_id, unit.queue_offset, unit.phys_offset, msg.unique_key or msg.offset_msg_id,
+                             msg.offset_msg_id, attempt=0, generation=0, receipt_handle=None, due_ms=now)
+            sub.add(entry)
+            taken.append((entry, msg))
+        received = [self._hand_out(sub, entry, msg, now, invisible_ms) for entry, msg in taken]
+        if received or touched or events:
+            self._changed = True
+        self._commit(sub, touched | {r.message.queue_id for r in received})
+        if self._tracing(sub):
+            events += [TraceEvent(TraceKind.DELIVERED, entry.unique_key, now, topic, entry.queue_id,
+                                  entry.queue_offset, entry.offset_msg_id, group=group, attempt=entry.attempt,
+                                  reconsume_times=entry.attempt - 1, due_ms=entry.due_ms) for entry, _ in taken]
+            store._trace(events, now)
+        return received, more_to_scan
+
+    def _readable_topic(self, topic: str) -> TopicConfig | None:
+        topics.validate_topic(topic)
+        if topic == topics.SCHEDULE_TOPIC:
+            raise NotReadableError(f"{topic} holds delayed messages until they are due; it cannot be consumed")
+        config = self._store.metadata.topic(topic)
+        check_consumable(topic, config is None or config.readable)
+        return config
+
+    def _take_visible(self, sub: Subscription, now: int, want: int, accepts: TagFilter,
+                      touched: set[int]) -> list[tuple[InFlight, StoredMessage]]:
+        taken = []
+        while len(taken) < want and (entry := sub.pop_visible(now)) is not None:
+            msg = self._read(entry.phys_offset)
+            if msg is None or not accepts.matches(msg):  # gone, or the subscription no longer wants it
+                sub.remove(entry)
+                touched.add(entry.queue_id)
+                continue
+            taken.append((entry, msg))
+        return taken
+
+    def _take_new(self, sub: Subscription, config: TopicConfig, want: int, accepts: TagFilter,
+                  touched: set[int]) -> tuple[list[tuple[int, QueueUnit, StoredMessage]], bool]:
+        """Messages never handed out to the group, one queue after another in turn, and whether
+        the scan stopped early with units left to look at."""
+        store = self._store
+        count = config.queues
+        start = sub.next_queue % count
+        sub.next_queue = start + 1
+        open_queues = []
+        for queue_id in [*range(start, count), *range(start)]:
+            cq = store.queues.get(sub.topic, queue_id)
+            if cq is not None and self._cursor(sub, queue_id, cq) < cq.max_offset:
+                open_queues.append((queue_id, cq))
+        taken: list[tuple[int, QueueUnit, StoredMessage]] = []
+        budget = MAX_SCAN_PER_RECEIVE
+        while open_queues and len(taken) < want and budget > 0:
+            still_open = []
+            for queue_id, cq in open_queues:
+                if len(taken) == want or budget <= 0:
+                    still_open.append((queue_id, cq))
+                    continue
+                cursor = sub.cursors[queue_id]
+                found = None
+                while found is None and cursor < cq.max_offset and budget > 0:
+                    unit = cq.get(cursor)
+                    cursor += 1
+                    budget -= 1
+                    if unit is None or not accepts.matches_code(unit.tags_code):
+                        continue
+                    msg = self._read(unit.phys_offset)
+                    if msg is not None and accepts.matches(msg):
+                        found = (queue_id, unit, msg)
+                if cursor != sub.cursors[queue_id]:
+                    sub.cursors[queue_id] = cursor
+                    touched.add(queue_id)
+                if found is not None:
+                    taken.append(found)
+                if cursor < cq.max_offset:
+                    still_open.append((queue_id, cq))
+            open_queues = still_open
+        return taken, bool(open_queues) and len(taken) < want
+
+    def _cursor(self, sub: Subscription, queue_id: int, cq: ConsumeQueue) -> int:
+        """The next offset to hand out: first the committed consumer offset, else the queue's start."""
+        cursor = sub.cursors.get(queue_id)
+        if cursor is None:
+            cursor = self._store.offsets.get(sub.topic, sub.group, queue_id)
+        cursor = max(cursor or 0, cq.min_offset)
+        if sub.cursors.get(queue_id) != cursor:
+            sub.cursors[queue_id] = cursor
+            self._changed = True
+        return cursor
+
+    def _hand_out(self, sub: Subscription, entry: InFlight, msg: StoredMessage, now: int,
+                  invisible_ms: int) -> Received:
+        entry.attempt += 1
+        self._issue_handle(sub, entry, now, invisible_ms)
+        return Received(msg, entry.receipt_handle, entry.attempt, entry.due_ms)
+
+    def _issue_handle(self, sub: Subscription, entry: InFlight, now: int, invisible_ms: int) -> str:
+        entry.generation += 1
+        entry.receipt_handle = new_handle(sub.group, sub.topic, entry.queue_id, entry.queue_offset, entry.generation,
+                                          f"{self._nonces.getrandbits(64):016x}")
+        entry.due_ms = now + invisible_ms
+        sub.set_timer(entry, self.state.next_seq())
+        return entry.receipt_handle
+
+    def _read(self, phys_offset: int) -> StoredMessage | None:
+        try:
+            return self._store.commitlog.read(phys_offset)
+        except StoreError:  # deleted by retention or damaged: nothing to deliver
+            return None
+
+    # -- ack, nack, change_invisible ---------------------------------------------------------
+    def ack(self, group: str, receipt_handle: str) -> None:
+        [refused] = self.ack_many(group, [receipt_handle])
+        if refused is not None:
+            raise refused
+
+    def ack_many(self, group: str, receipt_handles: list[str]) -> list[ReceiptHandleError | None]:
+        """Acknowledge several deliveries at once (one lock, one trace write): for each handle,
+        None when it was acknowledged, else the error that refused it."""
+        store = self._store
+        with store._writing():
+            now = store.clock.now_ms()
+            outcomes: list[ReceiptHandleError | None] = []
+            touched: dict[tuple[str, str], tuple[Subscription, set[int]]] = {}
+            events = []
+            for handle in receipt_handles:
+                try:
+                    sub, entry = self._current(group, handle, now)
+                except ReceiptHandleError as exc:
+                    outcomes.append(exc)
+                    continue
+                outcomes.append(None)
+                sub.remove(entry)
+                self._retire(handle, "receipt handle no longer valid: the message was already acknowledged")
+                touched.setdefault((sub.group, sub.topic), (sub, set()))[1].add(entry.queue_id)
+                if self._tracing(sub):
+                    events.append(TraceEvent(TraceKind.ACKED, entry.unique_key, now, sub.topic, entry.queue_id,
+                                             entry.queue_offset, entry.offset_msg_id, group=group,
+                                             attempt=entry.attempt))
+            for sub, queue_ids in touched.values():
+                self._changed = True
+                self._commit(sub, queue_ids)
+            store._trace(events, now)
+            return outcomes
+
+    def nack(self, group: str, receipt_handle: str, reason: str | None = None) -> None:
+        """The consumer failed the message: it is delivered again after the backoff, or dead-lettered."""
+        reason = _check_reason(reason)
+        store = self._store
+        with store._writing():
+            now = store.clock.now_ms()
+            sub, entry = self._current(group, receipt_handle, now)
+            events: list[TraceEvent] = []
+            self._retire(receipt_handle, "receipt handle no longer valid: the message was already nacked")
+            self._fail(sub, entry, now, reason, store.metadata.group(group), now, events, timed_out=False)
+            self._changed = True
+            self._commit(sub, {entry.queue_id})
+            store._trace(events, now)
+
+    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> str:
+        """Make the message invisible for `invisible_ms` from now, within the same delivery
+        attempt. Returns the new handle; the old one is refused afterwards."""
+        _check_int("invisible_ms", invisible_ms, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
+        store = self._store
+        with store._writing():
+            now = store.clock.now_ms()
+            sub, entry = self._current(group, receipt_handle, now)
+            self._retire(receipt_handle, "stale receipt handle: change_invisible replaced it with a new one")
+            self._changed = True
+            return self._issue_handle(sub, entry, now, invisible_ms)
+
+    def _current(self, group: str, text: str, now: int) -> tuple[Subscription, InFlight]:
+        """The subscription and entry whose current, unexpired handle `text` is."""
+        handle = decode_handle(text)
+        if handle.group != group:
+            raise ReceiptHandleError(f"the receipt handle was issued to another group, not {group}")
+        sub = self.state.get(handle.group, handle.topic)
+        entry = sub.entries.get((handle.queue_id, handle.queue_offset)) if sub is not None else None
+        if entry is not None and entry.receipt_handle == text:
+            if now >= entry.due_ms:
+                raise ReceiptHandleError(f"expired receipt handle: the invisible time of attempt {entry.attempt} "
+                                         f"ran out at {entry.due_ms}; the message will be delivered again")
+            return sub, entry
+        why = self._retired.get(text)
+        if why is not None:
+            raise ReceiptHandleError(why)
+        if entry is not None and handle.generation < entry.generation:
+            raise ReceiptHandleError("stale receipt handle: the message was delivered again or its invisible "
+                                     "time was changed since")
+        cursor = sub.cursors.get(handle.queue_id) if sub is not None else None
+        if entry is None and cursor is not None and handle.queue_offset < cursor:
+            raise ReceiptHandleError("receipt handle no longer valid: the message is no longer in flight "
+                                     "(acknowledged or dead-lettered)")
+        raise ReceiptHandleError("unknown receipt handle: no delivery of this store has it")
+
+    def _retire(self, handle: str, why: str) -> None:
+        self._retired[handle] = why
+        if len(self._retired) > REMEMBERED_HANDLES:
+            self._retired.popitem(last=False)
+
+    # -- failures and expiry -----------------------------------------------------------------
+    def revive_due(self) -> int:
+        """Process every delivery whose invisible time ran out: schedule its next attempt or
+        dead-letter it. Returns how many expired."""
+        store = self._store
+        with store._writing():
+            now = store.clock.now_ms()
+            expired = 0
+            events: list[TraceEvent] = []
+            for sub in self.state:
+                due = sub.next_due_ms()
+                if due is None or due > now:
+                    continue
+                touched: set[int] = set()
+                expired += self._expire(sub, now, store.metadata.group(sub.group), events, touched)
+                self._commit(sub, touched)
+            if expired:
+                self._changed = True
+            store._trace(events, now)
+            return expired
+
+    def _expire(self, sub: Subscription, now: int, group_config: GroupConfig, events: list[TraceEvent],
+                touched: set[int]) -> int:
+        expired = 0
+        while (entry := sub.pop_expired(now)) is not None:
+            self._retire(entry.receipt_handle, f"expired receipt handle: the invisible time of attempt "
+                                               f"{entry.attempt} ran out at {entry.due_ms}")
+            self._fail(sub, entry, entry.due_ms, None, group_config, now, events, timed_out=True)
+            touched.add(entry.queue_id)
+            expired += 1
+        return expired
+
+    def _fail(self, sub: Subscription, entry: InFlight, failed_at: int, reason: str | None,
+              group_config: GroupConfig, now: int, events: list[TraceEvent], *, timed_out: bool) -> None:
+        """Attempt `entry.attempt` failed at `failed_at`: by a nack with `reason`, or its invisible time ran out."""
+        entry.receipt_handle = None
+        entry.last_failure = reason or (TIMEOUT_REASON if timed_out else "the consumer reported a failure")
+        dead = entry.attempt >= group_config.max_reconsume_times + 1
+        next_visible = None if dead else failed_at + self.backoff_ms(entry.attempt)
+        if self._tracing(sub):
+            kind = TraceKind.INVISIBLE_TIMEOUT if timed_out else TraceKind.FAILED
+            events.append(TraceEvent(kind, entry.unique_key, failed_at, sub.topic, entry.queue_id,
+                                     entry.queue_offset, entry.offset_msg_id, group=sub.group, attempt=entry.attempt,
+                                     due_ms=next_visible, reason=reason))
+        if dead and self._dead_letter(sub, entry, now, events):
+            return
+        entry.due_ms = next_visible if next_visible is not None else failed_at + self.backoff_ms(entry.attempt)
+        sub.set_timer(entry, self.state.next_seq())
+
+    def _dead_letter(self, sub: Subscription, entry: InFlight, now: int, events: list[TraceEvent]) -> bool:
+        """Write the message to %DLQ%group and end it for the group. False when the dead letter
+        cannot be written: the message then waits for another attempt rather than vanishing."""
+        store = self._store
+        original = self._read(entry.phys_offset)
+        if original is None:
+            sub.remove(entry)
+            return True
+        try:
+            built = store._builder.build_copy(original, topics.dlq_topic(sub.group), 0, entry.attempt,
+                                              dead_letter_properties(original))
+        except StoreError as exc:
+            entry.last_failure = f"{entry.last_failure}; dead letter not written: {exc}"
+            return False
+        result = store._append_planned([built], now)[0]
+        sub.remove(entry)
+        if self._tracing(sub):
+            why = f"{entry.attempt} delivery attempts failed; last: {entry.last_failure}"
+            events.append(TraceEvent(TraceKind.DEAD_LETTER, entry.unique_key, now, result.topic, result.queue_id,
+                                     result.queue_offset, result.offset_msg_id, group=sub.group,
+                                     attempt=entry.attempt, reconsume_times=entry.attempt, reason=why))
+        return True
+
+    # -- offsets, trace and persistence ------------------------------------------------------
+    def _commit(self, sub: Subscription, queue_ids: set[int]) -> None:
+        """Keep the group's consumer offset of each queue at its lowest offset not yet done."""
+        for queue_id in queue_ids:
+            low = sub.low_water(queue_id)
+            if low is not None and sub.committed.get(queue_id) != low:
+                self._store.offsets.commit(sub.topic, sub.group, queue_id, low)
+                sub.committed[queue_id] = low
+
+    def _tracing(self, sub: Subscription) -> bool:
+        return self._store.config.trace and sub.topic != topics.TRACE_TOPIC
+
+    def snapshot(self) -> list[tuple] | None:
+        """The state to save, or None when nothing changed since the last snapshot (store lock held)."""
+        if not self._changed:
+            return None
+        self._changed = False
+        return self.state.capture()
+
+    def persist(self, snapshot: list[tuple] | None) -> None:
+        if snapshot is None:
+            return
+        try:
+            save_state(self._store.paths.config, snapshot)
+        except BaseException:
+            self._changed = True
+            raise

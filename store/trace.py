@@ -1,0 +1,78 @@
+"""Lifecycle trace: every event of a message (stored, scheduled, delivered, acked, failed, sent to
+retry, dead-lettered, resent...) becomes a small record of the trace topic in the commit log,
+keyed by the message's unique key and by the offset id of the copy it concerns, so one index
+lookup returns a message's whole history across its original, scheduled, retry and DLQ copies."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+from store import topics
+from store.codec import StoredMessage
+from store.record_builder import NewMessage
+
+
+class TraceKind(StrEnum):
+    STORED = "stored"  # a producer's message was written
+    SCHEDULED = "scheduled"  # written to wait for a delay level or a delivery time (due_ms)
+    RELEASED = "released"  # a scheduled copy reached its due time and was put to its real topic
+    DELIVERED = "delivered"  # handed to a consumer group (attempt)
+    ACKED = "acked"
+    FAILED = "failed"  # a consumer reported failure (reason)
+    INVISIBLE_TIMEOUT = "invisible_timeout"  # a popped message was neither acked nor nacked in time
+    RETRY = "retry"  # a retry copy was written (due_ms: when it is delivered again)
+    DEAD_LETTER = "dead_letter"  # moved to %DLQ%group (reason)
+    RESENT = "resent"  # an operator sent a dead letter back to its topic
+    DUPLICATE = "duplicate"  # a producer resent a message already stored (not stored again)
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    kind: TraceKind
+    unique_key: str
+    at_ms: int
+    topic: str | None = None  # the topic of the copy the event concerns
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    offset_msg_id: str | None = None
+    group: str | None = None
+    attempt: int | None = None  # 1-based delivery attempt
+    reconsume_times: int | None = None
+    due_ms: int | None = None
+    reason: str | None = None
+    real_topic: str | None = None  # where a scheduled copy goes when it is due
+
+    def to_json(self) -> dict:
+        return {name: value for name, value in asdict(self).items() if value is not None}
+
+    @classmethod
+    def from_json(cls, data: dict) -> TraceEvent:
+        fields = {name: data.get(name) for name in cls.__dataclass_fields__}
+        fields["kind"] = TraceKind(fields["kind"])
+        return cls(**fields)
+
+
+def trace_message(event: TraceEvent) -> NewMessage:
+    """The trace record of `event`: JSON body, the event kind as its tag, keyed for lookup."""
+    keys = [event.unique_key]
+    if event.offset_msg_id and event.offset_msg_id != event.unique_key:
+        keys.append(event.offset_msg_id)
+    body = json.dumps(event.to_json(), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return NewMessage(topic=topics.TRACE_TOPIC, body=body, tags=event.kind.value, keys=keys)
+
+
+def decode_trace(msg: StoredMessage) -> TraceEvent | None:
+    """The event a trace record holds, or None for a record that is not a readable event."""
+    if msg.topic != topics.TRACE_TOPIC:
+        return None
+    try:
+        return TraceEvent.from_json(json.loads(msg.body))
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def ordered(events: list[tuple[int, TraceEvent]]) -> list[TraceEvent]:
+    """Events by time, ties in commit log order: (trace record phys offset, event) pairs in."""
+    return [event for _, event in sorted(events, key=lambda pair: (pair[1].at_ms, pair[0]))]

@@ -1,0 +1,95 @@
+"""App fixtures: a fresh data directory (store + migrated SQLite) per test, the app driven
+through httpx's ASGI transport with its lifespan run, and the store checked at teardown."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import Settings
+from app.main import create_app
+from store.clock import FakeClock
+from store.message_store import MessageStore, StoreConfig
+
+SMALL_GEOMETRY = {"commitlog_file_size": 256 * 1024, "cq_file_size": 20 * 512, "index_slots": 64,
+                  "index_entries": 1024}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def make_settings(data_dir: Path, **overrides) -> Settings:
+    values = {"data_dir": data_dir, "flush": "sync", "schedule_interval_ms": 0, **SMALL_GEOMETRY}
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@dataclass
+class Running:
+    app: FastAPI
+    client: httpx.AsyncClient
+    settings: Settings
+
+    @property
+    def store(self) -> MessageStore:
+        return self.app.state.store
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        return self.app.state.sessions
+
+
+def check_store(settings: Settings) -> None:
+    """The store the app left behind reopens cleanly and is consistent."""
+    with MessageStore.open(settings.store_dir, StoreConfig(geometry=settings.geometry()), read_only=True) as s:
+        assert not s.abnormal_shutdown
+        report = s.check()
+        assert report.ok, report.problems
+
+
+@asynccontextmanager
+async def running(settings: Settings, clock: FakeClock | None = None) -> AsyncIterator[Running]:
+    app = create_app(settings, clock)
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport,
+                                                                   base_url="http://mqlens.test") as client:
+        yield Running(app, client, settings)
+    check_store(settings)
+
+
+@pytest.fixture
+async def api(data_dir: Path, clock: FakeClock) -> AsyncIterator[Running]:
+    async with running(make_settings(data_dir), clock) as r:
+        yield r
+
+
+def assert_error(response: httpx.Response, status: int, *fragments: str) -> str:
+    """The one error shape: {"ok": false, "error": message, "status": N}; returns the message."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"ok", "error", "status"}
+    assert body["ok"] is False and body["status"] == status
+    assert isinstance(body["error"], str) and body["error"]
+    for fragment in fragments:
+        assert fragment in body["error"], body["error"]
+    return body["error"]
