@@ -52,6 +52,7 @@ from store.timer import TimerService
 from store.trace import TraceEvent, TraceKind, decode_trace, ordered, trace_message
 
 MAX_QUERY_RESULTS = 10_000
+TRACE_BATCH_EVENTS = 512
 
 
 DEFAULT_QUERY_MAX = 32
@@ -124,6 +125,7 @@ class MessageStore:
         self._schedule_wake = threading.Event()  # set by a put of a message due before the planned wake-up
         self._wake_at_ms = 0
         self._queue_offsets: dict[tuple[bytes, int], int] = {}
+        self._pending_trace: list[TraceEvent] = []
         self._recent = RecentUniqueKeys(config.dedupe_window_ms) if config.dedupe_window_ms > 0 else None
         self._opened_at_ms = clock.now_ms()
         self.commitlog: CommitLog
@@ -281,7 +283,7 @@ class MessageStore:
             except StoreError:
                 if self._closed:
                     return
-            if wait_ms > 0:
+            if wait_ms > 0 and not self._stop_flusher.is_set():  # close() sets both, in that order
                 self._schedule_wake.wait(wait_ms / 1000)
 
     def _plan_wake(self, longest_ms: int) -> int:
@@ -405,10 +407,11 @@ class MessageStore:
             with self._lock:  # only to collect what to sync: writers go on during the syncs
                 if self._closed:
                     return
+                self._write_trace(self.clock.now_ms())
                 files = self.commitlog.dirty_files() + self.queues.dirty_files() + self.index.dirty_files()
                 ts = self.dispatcher.last_store_timestamp
                 pop_state = self.pop.snapshot()  # before the syncs: it names only messages they make durable
-                progress = [(s, s.snapshot()) for s in (self.scheduler, self.timer)]  # the same
+                progress = [(service, service.snapshot()) for service in (self.scheduler, self.timer)]  # the same
             for f in files:
                 f.sync()
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
@@ -554,7 +557,16 @@ class MessageStore:
             self._trace(events, self.clock.now_ms())
 
     def _trace(self, events: list[TraceEvent], now: int) -> None:
+        """Queue lifecycle events; they are written in batches (at once with sync flush), and
+        always before a flush, a timeline lookup or close."""
         if self.config.trace and events:
+            self._pending_trace.extend(events)
+            if self.config.flush == "sync" or len(self._pending_trace) >= TRACE_BATCH_EVENTS:
+                self._write_trace(now)
+
+    def _write_trace(self, now: int) -> None:
+        events, self._pending_trace = self._pending_trace, []
+        if events:
             self._append_planned(self._builder.build_many([trace_message(e) for e in events], now), now)
 
     def _append_planned(self, planned: list[tuple[tuple, str, str]], now: int) -> list[PutResult]:
@@ -771,6 +783,9 @@ class MessageStore:
     def timeline(self, id_or_key: str, max_events: int = MAX_QUERY_RESULTS) -> list[TraceEvent]:
         """The ordered lifecycle events of a message, given its unique key or the offset id of
         any of its copies (original, scheduled, retry, dead letter)."""
+        if self._pending_trace and not self.read_only:
+            with self._writing():
+                self._write_trace(self.clock.now_ms())
         events = self._trace_events(id_or_key, max_events)
         keys = {e.unique_key for e in events}
         if len(keys) == 1 and id_or_key not in keys:

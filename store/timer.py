@@ -86,9 +86,9 @@ class TimerService(StateFile):
             self.mark_changed()
 
     def pending(self) -> int:
-        """Messages waiting for their delivery time."""
-        self._load()
-        return len(self._heap)
+        """Messages waiting for their delivery time (read only: callable without the store lock)."""
+        cq = self._queue()
+        return len(self._heap) + (max(0, cq.max_offset - self._loaded_to) if cq is not None else 0)
 
     def next_due_ms(self) -> int | None:
         """The earliest delivery time waiting, None when nothing waits."""

@@ -69,3 +69,14 @@ def validate_topic(topic: str) -> str:
     if len(topic.encode("utf-8")) > MAX_TOPIC_BYTES:
         raise InvalidMessageError(f"topic {topic[:20]!r}... is longer than {MAX_TOPIC_BYTES} bytes")
     return topic
+
+
+# Topics of the broker's own machinery that RocketMQ keeps producers away from.
+BROKER_TOPICS = frozenset({"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "TRANS_CHECK_MAX_TIME_TOPIC"})
+SYSTEM_PREFIX = "RMQ_SYS_"  # rmq_sys_wheel_timer, RMQ_SYS_TRANS_HALF_TOPIC... (either case)
+
+
+def is_system_topic(name: str) -> bool:
+    """A topic only the broker writes: schedule, retry, dead-letter, trace, timer and the like."""
+    return (name in (SCHEDULE_TOPIC, TRACE_TOPIC) or name in BROKER_TOPICS or is_retry_topic(name)
+            or is_dlq_topic(name) or name.upper().startswith(SYSTEM_PREFIX))

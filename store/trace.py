@@ -6,7 +6,7 @@ lookup returns a message's whole history across its original, scheduled, retry a
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 from store import topics
@@ -45,13 +45,18 @@ class TraceEvent:
     real_topic: str | None = None  # where a scheduled copy goes when it is due
 
     def to_json(self) -> dict:
-        return {name: value for name, value in asdict(self).items() if value is not None}
+        values = {name: getattr(self, name) for name in _FIELD_NAMES}
+        values["kind"] = self.kind.value
+        return {name: value for name, value in values.items() if value is not None}
 
     @classmethod
     def from_json(cls, data: dict) -> TraceEvent:
         fields = {name: data.get(name) for name in cls.__dataclass_fields__}
         fields["kind"] = TraceKind(fields["kind"])
         return cls(**fields)
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(TraceEvent))
 
 
 def trace_message(event: TraceEvent) -> NewMessage:

@@ -9,21 +9,11 @@ from store import topics
 from store.message_store import MessageStore
 from store.metadata import TopicConfig
 
-# Topics of the broker's own machinery that RocketMQ keeps producers away from (besides the
-# SCHEDULE_TOPIC_XXXX, retry, dead-letter and trace names of store.topics).
-BROKER_TOPICS = frozenset({"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "TRANS_CHECK_MAX_TIME_TOPIC"})
-SYSTEM_PREFIX = "RMQ_SYS_"  # rmq_sys_wheel_timer, RMQ_SYS_TRANS_HALF_TOPIC... (either case)
-
-
-def is_system_topic(name: str) -> bool:
-    return (name in (topics.SCHEDULE_TOPIC, topics.TRACE_TOPIC) or name in BROKER_TOPICS
-            or topics.is_retry_topic(name) or topics.is_dlq_topic(name) or name.upper().startswith(SYSTEM_PREFIX))
-
 
 def check_producer_topic(name: str) -> str:
     """A topic a producer may send to: a valid name (else 400) that is not a system topic (else 403)."""
     topics.validate_topic(name)
-    if is_system_topic(name):
+    if topics.is_system_topic(name):
         raise ForbiddenError(f"topic {name} is a system topic: producers cannot send to it")
     return name
 
@@ -51,7 +41,7 @@ def _view(config: TopicConfig, found: list[tuple[int, int, int]]) -> TopicView:
     by_queue = {queue_id: QueueOffsets(queue_id, lo, hi) for queue_id, lo, hi in found}
     queue_ids = sorted(set(range(config.queues)) | by_queue.keys())
     return TopicView(config.name, config.queues, config.perm, config.readable, config.writable,
-                     topics.copy_kind(config.name), is_system_topic(config.name),
+                     topics.copy_kind(config.name), topics.is_system_topic(config.name),
                      [by_queue.get(q, QueueOffsets(q, 0, 0)) for q in queue_ids])
 
 
@@ -73,7 +63,7 @@ def put_topic(store: MessageStore, name: str, queues: int | None = None, perm: i
               ) -> tuple[TopicView, bool]:
     """Create a topic or change its queue count or permission; (the topic, whether it was created)."""
     topics.validate_topic(name)
-    if is_system_topic(name):
+    if topics.is_system_topic(name):
         raise ForbiddenError(f"topic {name} is a system topic: the broker manages it")
     current = store.metadata.topic(name)
     base = current if current is not None else TopicConfig(name, queues=store.config.default_queue_count)

@@ -10,7 +10,7 @@ import pytest
 from store import topics
 from store.clock import FakeClock
 from store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
-from store.errors import InvalidConfigError
+from store.errors import InvalidConfigError, StoreError
 from store.message_store import MessageStore, NewMessage
 from tests.store.helpers import small_config
 
@@ -195,3 +195,12 @@ def test_a_longer_table_adds_levels(tmp_path):
         assert delivered_bodies(store) == [b"4h"]
     with MessageStore.open(tmp_path, small_config(), clock=clock) as store:
         assert store.metadata.topic(topics.SCHEDULE_TOPIC).queues == 20
+
+
+@pytest.mark.parametrize("later", ['{"3": [[1, 0]]}', '{"3": [[5, 6], [4, 7]]}', '{"3": "x"}', '{"x": [[1, 2]]}'])
+def test_unreadable_later_runs_are_reported(tmp_path, later):
+    MessageStore.open(tmp_path, small_config(), clock=FakeClock(START_MS)).close()
+    (tmp_path / "config").mkdir(exist_ok=True)
+    (tmp_path / "config" / "delayOffset.json").write_text('{"offsetTable": {"3": 0}, "laterRuns": ' + later + "}")
+    with pytest.raises(StoreError, match="delayOffset.json"):
+        MessageStore.open(tmp_path, small_config(), clock=FakeClock(START_MS))

@@ -223,8 +223,8 @@ def test_unreadable_timer_progress_is_reported(tmp_path):
 def test_a_pass_with_nothing_due_reads_only_the_head_of_each_queue(tmp_path, monkeypatch):
     clock = FakeClock(START_MS)
     with MessageStore.open(tmp_path, small_config(), clock=clock) as store:
-        store.put_many([NewMessage("Orders", b"x", delay_level=level) for level in (3, 18) for _ in range(500)])
-        store.put_many([timed(START_MS + 60_000 + i) for i in range(1_000)])
+        store.put_many([NewMessage("Orders", b"x", delay_level=level) for level in (3, 18) for _ in range(200)])
+        store.put_many([timed(START_MS + 60_000 + i) for i in range(400)])
         assert store.deliver_due().delivered == []  # the first pass loads the timer queue
         reads = []
         unit_at = ConsumeQueue.get
