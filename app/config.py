@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     schedule_interval_ms: int = Field(50, ge=0)  # 0: delayed messages are delivered only on demand
     demo: bool = False
     max_pending_puts: int = Field(256, ge=0)  # puts in progress at once; beyond it: 429
+    # Receives in progress at once, each on a worker thread of its own (long polls wait there); beyond it: 429.
+    max_receives: int = Field(64, ge=1)
 
     @field_validator("database_url")
     @classmethod

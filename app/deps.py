@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -30,6 +31,14 @@ async def get_put_gate(request: Request) -> PutGate:
     return request.app.state.put_gate
 
 
+async def get_receive_gate(request: Request) -> PutGate:
+    return request.app.state.receive_gate
+
+
+async def get_receive_threads(request: Request) -> anyio.CapacityLimiter:
+    return request.app.state.receive_threads
+
+
 async def get_config_lock(request: Request) -> threading.Lock:
     return request.app.state.config_lock
 
@@ -47,6 +56,8 @@ StoreDep = Annotated[MessageStore, Depends(get_store)]
 SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
 ClockDep = Annotated[Clock, Depends(get_clock)]
 PutGateDep = Annotated[PutGate, Depends(get_put_gate)]
+ReceiveGateDep = Annotated[PutGate, Depends(get_receive_gate)]
+ReceiveThreadsDep = Annotated[anyio.CapacityLimiter, Depends(get_receive_threads)]
 ConfigLockDep = Annotated[threading.Lock, Depends(get_config_lock)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ActorDep = Annotated[str, Depends(get_actor)]

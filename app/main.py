@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+import anyio
 from fastapi import FastAPI
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,8 +20,9 @@ from app.config import Settings
 from app.db import make_engine, migrate, session_factory
 from app.errors import install_error_handlers
 from app.routes import config as config_routes
-from app.routes import groups, health, messages, topics
+from app.routes import groups, health, messages, queue_view, receive, resend, timeline, topics
 from app.services import config as config_service
+from app.services import resend as resend_service
 from app.services.demo import DemoWorkload
 from app.services.flow import PutGate
 from store.clock import Clock, SystemClock
@@ -54,6 +56,8 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
     try:
         for line in config_service.reconcile_delay_levels(store, sessions):
             log.info("start-up: %s", line)
+        for line in resend_service.reconcile_resends(store, sessions):
+            log.info("start-up: %s", line)
         demo = DemoWorkload(store).start() if settings.demo else None
     except BaseException:
         store.close()
@@ -86,6 +90,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         resources = await run_in_threadpool(_start, settings, clock)
+        # Receives run on threads of their own (a long poll holds one while it waits), as many as
+        # the receive gate lets in, so they never wait for or starve the other routes' threads.
+        app.state.receive_threads = anyio.CapacityLimiter(settings.max_receives)
         app.state.store = resources.store
         app.state.sessions = resources.sessions
         app.state.demo = resources.demo
@@ -100,8 +107,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.clock = clock
     app.state.put_gate = PutGate(settings.max_pending_puts)
+    app.state.receive_gate = PutGate(settings.max_receives, activity="receives")
     app.state.config_lock = threading.Lock()  # one configuration change at a time
     install_error_handlers(app)
-    for module in (health, messages, topics, groups, config_routes):
+    for module in (health, messages, topics, groups, config_routes, receive, queue_view, timeline, resend):
         app.include_router(module.router)
     return app

@@ -6,6 +6,7 @@ import base64
 import contextlib
 
 from store.codec import StoredMessage
+from store.pop import Received
 from store.topics import copy_kind
 
 
@@ -36,4 +37,13 @@ def message_dict(msg: StoredMessage) -> dict:
     }
     with contextlib.suppress(UnicodeDecodeError):
         data["body_text"] = body.decode("utf-8")
+    return data
+
+
+def received_dict(received: Received) -> dict:
+    """A message handed out by receive, with what acknowledging it takes."""
+    data = message_dict(received.message)
+    data["receipt_handle"] = received.receipt_handle
+    data["delivery_attempt"] = received.delivery_attempt
+    data["invisible_until_ms"] = received.invisible_until_ms
     return data

@@ -6,6 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from store.pop import MAX_INVISIBLE_MS, MAX_MESSAGES, MAX_WAIT_MS, MIN_INVISIBLE_MS
+
 StrictInt = Annotated[int, Field(strict=True)]
 
 
@@ -128,6 +130,166 @@ class GroupUpdate(Strict):
     message_model: str | None = Field(None, json_schema_extra={"enum": ["clustering", "broadcast"]})
     retry_queues: StrictInt | None = Field(None, description="Queues of the group's retry topic, 1 to 1024.")
     consume_enable: Annotated[bool, Field(strict=True)] | None = None
+
+
+# -- messages as stored ------------------------------------------------------------------------
+class MessageOut(BaseModel):
+    """A stored message (app.presenters.message_dict)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    phys_offset: int
+    size: int
+    offset_msg_id: str
+    unique_key: str | None
+    keys: list[str]
+    tags: str | None
+    properties: dict[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+    sys_flag: int
+    flag: int
+    body_crc: int
+    compressed: bool
+    copy_kind: Literal["original", "scheduled", "retry", "dead_letter", "trace"] = Field(
+        alias="copy", description="Which copy of the message this record is.")
+    body_base64: str
+    body_text: str | None = Field(None, description="The body as text; null when it is not UTF-8.")
+
+
+# -- receiving (pop) ---------------------------------------------------------------------------
+class ReceiveRequest(Strict):
+    topic: str
+    max: StrictInt = Field(16, ge=1, le=MAX_MESSAGES, description=f"Messages at most, 1 to {MAX_MESSAGES}.")
+    invisible_ms: StrictInt = Field(30_000, ge=MIN_INVISIBLE_MS, le=MAX_INVISIBLE_MS,
+                                    description="How long the messages stay invisible to the group "
+                                                f"({MIN_INVISIBLE_MS} to {MAX_INVISIBLE_MS} ms).")
+    wait_ms: StrictInt = Field(0, ge=0, le=MAX_WAIT_MS, description="Long poll: wait up to this long for "
+                               f"messages when there are none (0 to {MAX_WAIT_MS} ms).")
+    tags: str | None = Field(None, description="Tag subscription: '*' (default) or 'TagA || TagB'.")
+
+
+class ReceivedMessageOut(MessageOut):
+    receipt_handle: str = Field(description="Give it to ack, nack or change-invisible.")
+    delivery_attempt: int = Field(description="1 for the first delivery to the group.")
+    invisible_until_ms: int = Field(description="Epoch ms; after it the handle expires and the message "
+                                                "is delivered again.")
+
+
+class ReceiveResponse(BaseModel):
+    ok: Literal[True] = True
+    messages: list[ReceivedMessageOut]
+
+
+class AckRequest(Strict):
+    """Exactly one of `receipt_handle` (one message) and `receipt_handles` (a batch)."""
+
+    receipt_handle: str | None = None
+    receipt_handles: list[str] | None = Field(None, min_length=1, max_length=MAX_MESSAGES)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> AckRequest:
+        if (self.receipt_handle is None) == (self.receipt_handles is None):
+            raise ValueError("give exactly one of 'receipt_handle' and 'receipt_handles'")
+        return self
+
+
+class AckResultOut(BaseModel):
+    receipt_handle: str
+    ok: bool
+    error: str | None = Field(None, description="Why the handle was refused (only when ok is false).")
+
+
+class AckResponse(BaseModel):
+    ok: Literal[True] = True
+    results: list[AckResultOut] | None = Field(None, description="Batch form only: one result per handle, "
+                                               "in request order.")
+
+
+class NackRequest(Strict):
+    receipt_handle: str
+    reason: str | None = Field(None, description="Why the consumer failed (kept in the trace, at most "
+                                                  "1024 characters).")
+
+
+class ChangeInvisibleRequest(Strict):
+    receipt_handle: str
+    invisible_ms: StrictInt = Field(ge=MIN_INVISIBLE_MS, le=MAX_INVISIBLE_MS,
+                                    description="Invisible for this long from now, same delivery attempt.")
+
+
+class OkResponse(BaseModel):
+    ok: Literal[True] = True
+
+
+class ChangeInvisibleResponse(BaseModel):
+    ok: Literal[True] = True
+    receipt_handle: str = Field(description="The new handle; the old one is refused from now on.")
+
+
+# -- pulling by queue offset -------------------------------------------------------------------
+class QueueMessagesResponse(BaseModel):
+    ok: Literal[True] = True
+    topic: str
+    queue_id: int
+    offset: int = Field(description="Where the read started (clamped into the queue).")
+    next_offset: int = Field(description="Where the next read of this queue starts.")
+    min_offset: int
+    max_offset: int
+    messages: list[MessageOut]
+
+
+class OffsetUpdate(Strict):
+    topic: str
+    queue_id: StrictInt = Field(ge=0)
+    offset: StrictInt = Field(ge=0, description="The next offset the group consumes (0 to the queue's max offset).")
+
+
+class OffsetResponse(BaseModel):
+    ok: Literal[True] = True
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    previous: int | None = Field(description="The offset committed before; null if none was.")
+
+
+# -- timelines and dead letters ----------------------------------------------------------------
+class TraceEventOut(BaseModel):
+    """One lifecycle event; unset fields are left out."""
+
+    kind: Literal["stored", "scheduled", "released", "delivered", "acked", "failed", "invisible_timeout", "retry",
+                  "dead_letter", "resent", "duplicate"]
+    unique_key: str
+    at_ms: int
+    topic: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    offset_msg_id: str | None = None
+    group: str | None = None
+    attempt: int | None = None
+    reconsume_times: int | None = None
+    due_ms: int | None = None
+    reason: str | None = None
+    real_topic: str | None = None
+    derived: bool = Field(description="True: no event was recorded; this one is made from the stored record.")
+
+
+class TimelineResponse(BaseModel):
+    ok: Literal[True] = True
+    id: str
+    events: list[TraceEventOut]
+
+
+class ResendResponse(BaseModel):
+    ok: Literal[True] = True
+    dead_letter: str = Field(description="Offset message id of the dead letter that was resent.")
+    result: PutResultOut = Field(description="The new copy in the original topic.")
+    replayed: bool = Field(description="True: an earlier request with the same Idempotency-Key did the resend.")
 
 
 # -- configuration -----------------------------------------------------------------------------

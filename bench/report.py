@@ -229,12 +229,13 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, section: str) -> None:
-    block = f"{BEGIN}\n{section}\n{END}\n"
+def write_section(path: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace one benchmark's section of `path` (between its markers), or append it."""
+    block = f"{begin}\n{section}\n{end}\n"
     text = path.read_text() if path.exists() else DOC_INTRO
-    if BEGIN in text and END in text:
-        before, rest = text.split(BEGIN, 1)
-        after = rest.split(END, 1)[1].lstrip("\n")
+    if begin in text and end in text:
+        before, rest = text.split(begin, 1)
+        after = rest.split(end, 1)[1].lstrip("\n")
         text = before + block + (("\n" + after) if after else "")
     else:
         text = text.rstrip("\n") + "\n\n" + block

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.report import machine_facts
+from bench.report import machine_facts, write_section
 from store import topics
 from store.message_store import MessageStore, NewMessage, StoreConfig
 
@@ -236,20 +236,6 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.1f}×" if b > 0 else f"{a:.0f} ms vs {b:.0f} ms"
 
 
-def write_section(path: Path, section: str) -> None:
-    block = f"{BEGIN}\n{section}\n{END}\n"
-    text = path.read_text() if path.exists() else "# Performance\n"
-    if BEGIN in text and END in text:
-        before, rest = text.split(BEGIN, 1)
-        after = rest.split(END, 1)[1].lstrip("\n")
-        text = before + block + ("\n" + after if after else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     began = time.monotonic()
@@ -257,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     section = render(args, store_run, baseline, time.monotonic() - began)
     print(section)
     if args.out:
-        write_section(args.out, section)
+        write_section(args.out, section, BEGIN, END)
         log(f"wrote the section into {args.out}")
     return 0 if store_run.delivered == store_run.expected else 1
 

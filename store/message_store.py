@@ -37,7 +37,7 @@ from store.errors import (
 from store.geometry import StoreGeometry
 from store.hosts import HostAddress
 from store.index import IndexService
-from store.metadata import Metadata, TopicConfig
+from store.metadata import GroupConfig, Metadata, TopicConfig, checked_group
 from store.offsets import ConsumerOffsets
 from store.paths import LOCK_CONTENT, StorePaths
 from store.pop import PopService, Received
@@ -773,6 +773,10 @@ class MessageStore:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that `group` consumed `topic`:`queue_id` up to (not including) `offset`."""
+        checked_group(GroupConfig(group))
+        topics.validate_topic(topic)
+        if type(queue_id) is not int or queue_id < 0:
+            raise InvalidIdError(f"invalid queue id {queue_id!r}")
         with self._lock:
             cq = self.queues.get(topic, queue_id)
             high = cq.max_offset if cq is not None else 0

@@ -19,6 +19,10 @@ class NotReadableError(StoreError, ValueError):
     """The topic cannot be consumed (a dead-letter topic, or read permission withdrawn)."""
 
 
+class PullRequestError(StoreError, ValueError):
+    """A pull or subscription argument is out of range or malformed."""
+
+
 class TagFilter:
     """A subscription expression: '*' (or nothing) takes every message, 'a || b' these tags."""
 
@@ -29,7 +33,7 @@ class TagFilter:
         else:
             wanted = [tag.strip() for tag in text.split("||")]
             if not all(wanted):
-                raise ValueError(f"bad tag expression {expression!r}: use '*' or 'tagA || tagB'")
+                raise PullRequestError(f"bad tag expression {expression!r}: use '*' or 'tagA || tagB'")
             self.tags = frozenset(wanted)
         self.codes = None if self.tags is None else frozenset(tags_code(t) for t in self.tags)
         self.expression = text
@@ -58,4 +62,4 @@ def check_consumable(topic: str, readable: bool) -> None:
 
 def check_pull_size(max_messages: int) -> None:
     if type(max_messages) is not int or not 1 <= max_messages <= MAX_PULL_MESSAGES:
-        raise ValueError(f"max messages must be between 1 and {MAX_PULL_MESSAGES}")
+        raise PullRequestError(f"max messages must be between 1 and {MAX_PULL_MESSAGES}")

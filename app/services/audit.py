@@ -45,10 +45,11 @@ def _find(sessions: sessionmaker[Session], key: str) -> AuditEntry | None:
 
 
 def perform(sessions: sessionmaker[Session], clock: Clock, *, actor: str, action: str, target: str, request: dict,
-            intent: Callable[[Session], dict], act: Callable[[dict], None],
+            intent: Callable[[Session], dict], act: Callable[[dict], dict | None],
             undo: Callable[[Session, dict], None] | None = None, idempotency_key: str | None = None) -> ActionResult:
     """Record the intent (intent(session) adds its rows, returns what it decided) with a pending
-    audit row, run act(decided), then record the outcome. When act raises, undo(session, decided)
+    audit row, run act(decided), then record the outcome; what act returns (a dict, e.g. the new
+    copy a resend made) joins the recorded result. When act raises, undo(session, decided)
     runs in the transaction that marks the entry failed, and the error propagates."""
     if idempotency_key is not None:
         if not idempotency_key or len(idempotency_key) > MAX_IDEMPOTENCY_KEY:
@@ -72,7 +73,7 @@ def perform(sessions: sessionmaker[Session], clock: Clock, *, actor: str, action
             return _replay(earlier, action, target, request)
         raise ConflictError("a concurrent change got there first; retry") from None
     try:
-        act(decided)
+        acted = act(decided)
     except Exception as exc:
         with sessions.begin() as s:
             entry = s.get_one(AuditEntry, entry_id)
@@ -81,7 +82,11 @@ def perform(sessions: sessionmaker[Session], clock: Clock, *, actor: str, action
                 undo(s, decided)
         raise
     with sessions.begin() as s:
-        s.get_one(AuditEntry, entry_id).outcome = OK
+        entry = s.get_one(AuditEntry, entry_id)
+        entry.outcome = OK
+        if acted:
+            decided = {**decided, **acted}
+            entry.detail = json.dumps({"request": request, "result": decided})
     return ActionResult(entry_id, decided, False)
 
 

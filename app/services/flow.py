@@ -1,4 +1,4 @@
-"""Flow control: a bound on the puts in progress at once, taken without waiting."""
+"""Flow control: a bound on the requests of one kind in progress at once, taken without waiting."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from store.errors import FlowControlError
 class PutGate:
     """At most `capacity` holders at once; one more is refused with FlowControlError (429)."""
 
-    def __init__(self, capacity: int, retry_after_s: int = 1):
+    def __init__(self, capacity: int, retry_after_s: int = 1, activity: str = "puts"):
         if capacity < 0:
             raise ValueError("capacity must not be negative")
         self.capacity = capacity
         self.retry_after_s = retry_after_s
+        self.activity = activity
         self._in_use = 0
         self._lock = threading.Lock()
 
@@ -40,7 +41,7 @@ class PutGate:
     @contextmanager
     def slot(self) -> Iterator[None]:
         if not self.try_acquire():
-            raise FlowControlError(f"too many puts in progress (at most {self.capacity}), retry later",
+            raise FlowControlError(f"too many {self.activity} in progress (at most {self.capacity}), retry later",
                                    retry_after_s=self.retry_after_s)
         try:
             yield

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -15,49 +9,14 @@ import httpx
 from app.services.demo import DEMO_TOPIC, DemoWorkload
 from store.message_store import MessageStore, StoreConfig
 from tests.app.conftest import SMALL_GEOMETRY, check_store, make_settings
-
-STARTUP_DEADLINE_S = 60
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(condition, deadline_s: float, what: str, poll_s: float = 0.05):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(poll_s)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.live_server import STARTUP_DEADLINE_S, LiveServer, wait_until
 
 
 def test_serve_answers_over_http_and_stops_cleanly(tmp_path: Path):
     data = tmp_path / "data"
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MQLENS_")}
-    env.update({f"MQLENS_{k.upper()}": str(v) for k, v in SMALL_GEOMETRY.items()})
-    log = (tmp_path / "server.log").open("w+")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from app.cli import entry; entry()", "serve", "--data", str(data),
-         "--host", "127.0.0.1", "--port", str(port), "--demo"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
-    base = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        if proc.poll() is not None:
-            log.seek(0)
-            raise AssertionError(f"server exited with {proc.returncode}:\n{log.read()}")
-        try:
-            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        wait_until(healthy, STARTUP_DEADLINE_S, "/healthz")
+    with LiveServer(data, tmp_path / "server.log", SMALL_GEOMETRY, args=("--demo",)) as server:
+        server.start()
+        base = server.base_url
         r = httpx.post(f"{base}/api/topics/Orders/messages", json={"body": "over the wire", "keys": ["o-1"]},
                        timeout=10)
         assert r.status_code == 200, r.text
@@ -71,13 +30,7 @@ def test_serve_answers_over_http_and_stops_cleanly(tmp_path: Path):
             return DEMO_TOPIC in names
 
         wait_until(demo_topic_listed, STARTUP_DEADLINE_S, "the demo workload")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
+        assert server.stop() == 0
     settings = make_settings(data)
     check_store(settings)  # closed cleanly: no abort marker, consistent
     assert (data / "mqlens.db").is_file()

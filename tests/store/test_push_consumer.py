@@ -8,6 +8,7 @@ import pytest
 from store import topics
 from store.clock import FakeClock
 from store.delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from store.errors import StoreError
 from store.message_store import MessageStore, NewMessage
 from store.pull import NotReadableError
 from store.push_consumer import PushConsumer
@@ -190,3 +191,11 @@ def test_commit_offset_checks_the_range(store):
         store.commit_offset("G", "Orders", 1, 2)
     with pytest.raises(ValueError, match="outside queue"):
         store.commit_offset("G", "Orders", 1, -1)
+
+
+def test_commit_offset_refuses_bad_names_and_queue_ids(store):
+    for bad in [("bad group!", "Orders", 0), ("G", "bad topic!", 0), ("G", "Orders", -1)]:
+        with pytest.raises(StoreError):
+            store.commit_offset(*bad, 0)
+    with pytest.raises(StoreError):
+        store.pull("G", "Orders", 0, 0, tags="||")

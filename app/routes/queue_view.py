@@ -1,0 +1,46 @@
+"""Reading by queue offset: GET /api/topics/{topic}/queues/{queue_id}/messages, and
+PUT /api/groups/{group}/offsets."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from app.deps import StoreDep
+from app.presenters import message_dict
+from app.routes import error_responses
+from app.schemas import OffsetResponse, OffsetUpdate, QueueMessagesResponse
+from app.services import queue_view
+from store.pull import MAX_PULL_MESSAGES
+
+router = APIRouter(tags=["consuming"])
+
+
+@router.get("/api/topics/{topic}/queues/{queue_id}/messages", response_model=QueueMessagesResponse,
+            responses=error_responses(400, 404, 422))
+def read_queue(
+    topic: str, store: StoreDep,
+    queue_id: Annotated[int, Path(ge=0)],
+    offset: Annotated[int | None, Query(ge=0, description="First queue offset to read; default: the group's "
+                                        "committed offset, else the queue's first message.")] = None,
+    max: Annotated[int, Query(ge=1, le=MAX_PULL_MESSAGES, description="Messages at most.")] = 32,
+    tags: Annotated[str | None, Query(description="'*' or 'TagA || TagB'.")] = None,
+    group: Annotated[str | None, Query(description="Whose committed offset to start from.")] = None,
+) -> dict:
+    """Messages of one queue from an offset, tag-filtered, as a pull consumer sees them. Only a
+    view: nothing is recorded as delivered and no offset moves (commit with PUT .../offsets).
+    An offset outside the queue reads from its nearest end; dead-letter topics are refused (400)."""
+    window = queue_view.read_queue(store, topic, queue_id, offset, max, tags, group)
+    return {"ok": True, "topic": window.topic, "queue_id": window.queue_id, "offset": window.offset,
+            "next_offset": window.next_offset, "min_offset": window.min_offset, "max_offset": window.max_offset,
+            "messages": [message_dict(m) for m in window.messages]}
+
+
+@router.put("/api/groups/{group}/offsets", response_model=OffsetResponse, responses=error_responses(400, 404, 422))
+def commit_offset(group: str, body: OffsetUpdate, store: StoreDep) -> OffsetResponse:
+    """Set the next offset the group consumes from one queue (0 to the queue's max offset): a
+    pull consumer's commit, or an operator's reset. Pop-style receive keeps its own position and
+    moves this offset as messages are acknowledged."""
+    committed = queue_view.commit_offset(store, group, body.topic, body.queue_id, body.offset)
+    return OffsetResponse.model_validate(committed, from_attributes=True)

@@ -1,0 +1,78 @@
+"""Pop-style consuming: POST /api/groups/{group}/receive, ack, nack and change-invisible."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import anyio.to_thread
+from fastapi import APIRouter
+
+from app.deps import ReceiveGateDep, ReceiveThreadsDep, StoreDep
+from app.presenters import received_dict
+from app.routes import error_responses
+from app.schemas import (
+    AckRequest,
+    AckResponse,
+    AckResultOut,
+    ChangeInvisibleRequest,
+    ChangeInvisibleResponse,
+    NackRequest,
+    OkResponse,
+    ReceiveRequest,
+    ReceiveResponse,
+)
+from app.services import receive as service
+
+router = APIRouter(tags=["consuming"])
+
+
+@router.post("/api/groups/{group}/receive", response_model=ReceiveResponse,
+             responses=error_responses(400, 422, 429))
+async def receive(group: str, body: ReceiveRequest, store: StoreDep, gate: ReceiveGateDep,
+                  threads: ReceiveThreadsDep) -> dict:
+    """Up to `max` messages of the topic not yet handed out to the group, taken fairly from its
+    queues. Each stays invisible to the group for `invisible_ms`; ack it with its receipt handle
+    before then, or it is delivered again (attempt + 1) after the retry backoff. With `wait_ms`
+    the request waits that long for messages when there are none (long polling).
+
+    Dead-letter topics, SCHEDULE_TOPIC_XXXX and topics without read permission are refused (400).
+    When too many receives are in progress the answer is 429 with a Retry-After header."""
+    call = partial(service.receive, store, group, body.topic, body.max, body.invisible_ms,
+                   body.wait_ms, body.tags)
+    with gate.slot():
+        received = await anyio.to_thread.run_sync(call, limiter=threads)
+    return {"ok": True, "messages": [received_dict(r) for r in received]}
+
+
+@router.post("/api/groups/{group}/ack", response_model=AckResponse, response_model_exclude_none=True,
+             responses=error_responses(400, 422))
+def ack(group: str, body: AckRequest, store: StoreDep) -> AckResponse:
+    """Acknowledge received messages: the message is done for the group.
+
+    `{"receipt_handle": h}` acknowledges one; a handle that is malformed, unknown, stale (a newer
+    one replaced it), expired or already used is refused with 400. `{"receipt_handles": [...]}`
+    acknowledges each on its own and answers a result per handle, in order (200 even when some
+    are refused)."""
+    if body.receipt_handle is not None:
+        service.ack(store, group, body.receipt_handle)
+        return AckResponse()
+    outcomes = service.ack_many(store, group, body.receipt_handles or [])
+    return AckResponse(results=[AckResultOut(receipt_handle=o.receipt_handle, ok=o.error is None, error=o.error)
+                                for o in outcomes])
+
+
+@router.post("/api/groups/{group}/nack", response_model=OkResponse, responses=error_responses(400, 422))
+def nack(group: str, body: NackRequest, store: StoreDep) -> OkResponse:
+    """Report that the consumer failed the message: it is delivered again after the retry
+    backoff, or moved to %DLQ%group once the group's max_reconsume_times is used up."""
+    service.nack(store, group, body.receipt_handle, body.reason)
+    return OkResponse()
+
+
+@router.post("/api/groups/{group}/change-invisible", response_model=ChangeInvisibleResponse,
+             responses=error_responses(400, 422))
+def change_invisible(group: str, body: ChangeInvisibleRequest, store: StoreDep) -> ChangeInvisibleResponse:
+    """Keep the message invisible for `invisible_ms` from now (same delivery attempt). The answer
+    holds a new receipt handle; the old one is refused from then on."""
+    handle = service.change_invisible(store, group, body.receipt_handle, body.invisible_ms)
+    return ChangeInvisibleResponse(receipt_handle=handle)

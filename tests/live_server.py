@@ -1,0 +1,100 @@
+"""The real server for tests: `mqlens serve` in a subprocess on a loopback port, started, checked
+and stopped with explicit conditions and deadlines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TypeVar
+
+import httpx
+
+STARTUP_DEADLINE_S = 60
+STOP_DEADLINE_S = 60
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition: Callable[[], T], deadline_s: float, what: str, poll_s: float = 0.05) -> T:
+    """Call `condition` until it returns something true (returned); fail after `deadline_s`."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class LiveServer:
+    """One `mqlens serve` process at a time on a fixed port and data directory; `start` again
+    after `stop` serves the same data. Settings come as MQLENS_* environment variables."""
+
+    def __init__(self, data_dir: Path, log_path: Path, settings: dict[str, object] | None = None,
+                 args: tuple[str, ...] = (), port: int | None = None):
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.args = args
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("MQLENS_")}
+        self.env.update({f"MQLENS_{k.upper()}": str(v) for k, v in (settings or {}).items()})
+        self._log: IO[str] = log_path.open("a+")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, deadline_s: float = STARTUP_DEADLINE_S) -> LiveServer:
+        assert self.proc is None or self.proc.poll() is not None, "the server is already running"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from app.cli import entry; entry()", "serve", "--data", str(self.data_dir),
+             "--host", "127.0.0.1", "--port", str(self.port), *self.args],
+            stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=self.data_dir.parent)
+        wait_until(self.healthy, deadline_s, f"{self.base_url}/healthz")
+        return self
+
+    def log_text(self) -> str:
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read()
+
+    def healthy(self) -> bool:
+        """The server answers /healthz; raises when its process has ended."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log_text()[-5000:]}")
+        try:
+            return httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(self, deadline_s: float = STOP_DEADLINE_S) -> int:
+        """SIGTERM, then wait for the process to end; its exit status."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"server did not stop within {deadline_s} s:\n{self.log_text()[-5000:]}") from None
+
+    def close(self) -> None:
+        """Kill the process if it still runs (a failed test), and close the log."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+    def __enter__(self) -> LiveServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
