@@ -88,12 +88,19 @@ async def test_delay_level_goes_to_the_schedule_topic(api):
     assert stored.properties[topics.DELAY] == "3"
 
 
-async def test_deliver_at_is_passed_as_a_property(api, clock):
+async def test_deliver_at_waits_in_the_timer_topic_until_due(api, clock):
     at = clock.now_ms() + 90_000
     r = await api.client.post(URL.format("Orders"), json={"body": "at a time", "deliver_at_ms": at})
     assert r.status_code == 200, r.text
-    stored = api.store.read(r.json()["results"][0]["phys_offset"])
+    result = r.json()["results"][0]
+    stored = api.store.read(result["phys_offset"])
     assert stored.properties[topics.TIMER_DELIVER_MS] == str(at)
+    assert result["topic"] == topics.TIMER_TOPIC
+    clock.set(at - 1)
+    assert api.store.deliver_due().delivered == []
+    clock.set(at)
+    [delivered] = api.store.deliver_due().delivered
+    assert (delivered.topic, delivered.unique_key) == ("Orders", result["unique_key"])
 
 
 async def test_delay_level_and_deliver_at_together_are_400(api, clock):
