@@ -20,7 +20,7 @@ from app.config import Settings
 from app.db import make_engine, migrate, session_factory
 from app.errors import install_error_handlers
 from app.routes import config as config_routes
-from app.routes import groups, health, messages, queue_view, receive, resend, timeline, topics
+from app.routes import groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
 from app.services import config as config_service
 from app.services import resend as resend_service
 from app.services.demo import DemoWorkload
@@ -110,6 +110,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.receive_gate = PutGate(settings.max_receives, activity="receives")
     app.state.config_lock = threading.Lock()  # one configuration change at a time
     install_error_handlers(app)
-    for module in (health, messages, topics, groups, config_routes, receive, queue_view, timeline, resend):
+    for module in (health, messages, topics, groups, config_routes, receive, queue_view, timeline, resend,
+                   lookup):
         app.include_router(module.router)
     return app

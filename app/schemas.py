@@ -314,3 +314,18 @@ class ErrorResponse(BaseModel):
     ok: Literal[False] = False
     error: str
     status: int
+
+
+# -- finding messages --------------------------------------------------------------------------
+class MessageResponse(BaseModel):
+    ok: Literal[True] = True
+    message: MessageOut
+
+
+class FoundResponse(BaseModel):
+    ok: Literal[True] = True
+    messages: list[MessageOut] = Field(description="Newest first.")
+    truncated: bool = Field(description="More messages matched than were returned (raise max or narrow the "
+                                        "time window): the list is incomplete.")
+    searched_topics: list[str] = Field(description="The topics looked in (all of them when none was given).")
+    recognised_as: str | None = Field(None, description="What the search box took the query for.")

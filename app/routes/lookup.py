@@ -1,0 +1,66 @@
+"""Finding messages: by offset id, key, unique key, queue offset, and the search box."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from app.deps import StoreDep
+from app.presenters import message_dict
+from app.routes import error_responses
+from app.schemas import FoundResponse, MessageResponse
+from app.services import lookup
+from app.services.lookup import Found
+from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MAX_QUERY_RESULTS
+
+router = APIRouter(tags=["finding messages"])
+
+TopicFilter = Annotated[str | None, Query(description="Look in this topic only; default: every topic, "
+                                          "retry, schedule and dead-letter topics included.")]
+Begin = Annotated[int, Query(ge=0, description="Stored at or after (epoch ms).")]
+End = Annotated[int, Query(ge=0, description="Stored at or before (epoch ms).")]
+Max = Annotated[int, Query(ge=1, le=MAX_QUERY_RESULTS, description="Messages at most.")]
+
+
+def _found(found: Found) -> dict:
+    return {"ok": True, "messages": [message_dict(m) for m in found.messages], "truncated": found.truncated,
+            "searched_topics": found.searched_topics, "recognised_as": found.recognised_as or None}
+
+
+@router.get("/api/messages/by-id/{offset_msg_id}", response_model=MessageResponse,
+            responses=error_responses(400, 404))
+def by_id(offset_msg_id: str, store: StoreDep) -> dict:
+    """The message an offset message id names (32 or 56 hex characters)."""
+    return {"ok": True, "message": message_dict(lookup.by_offset_id(store, offset_msg_id))}
+
+
+@router.get("/api/messages/by-key", response_model=FoundResponse, responses=error_responses(400, 422))
+def by_key(store: StoreDep, key: Annotated[str, Query(description="A business key (KEYS).")], topic: TopicFilter = None,
+           begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
+    """Messages whose keys hold `key`, newest first."""
+    return _found(lookup.by_key(store, key, topic, begin, end, max))
+
+
+@router.get("/api/messages/by-unique-key/{unique_key}", response_model=FoundResponse,
+            responses=error_responses(400, 422))
+def by_unique_key(unique_key: str, store: StoreDep, topic: TopicFilter = None, begin: Begin = 0,
+                  end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
+    """Every copy of a message (original, scheduled, retry, dead letter), newest first."""
+    return _found(lookup.by_unique_key(store, unique_key, topic, begin, end, max))
+
+
+@router.get("/api/topics/{topic}/queues/{queue_id}/messages/{queue_offset}", response_model=MessageResponse,
+            responses=error_responses(400, 404, 422))
+def by_queue_offset(topic: str, store: StoreDep, queue_id: Annotated[int, Path(ge=0)],
+                    queue_offset: Annotated[int, Path(ge=0)]) -> dict:
+    """The message at one queue offset."""
+    return {"ok": True, "message": message_dict(lookup.by_queue_offset(store, topic, queue_id, queue_offset))}
+
+
+@router.get("/api/search", response_model=FoundResponse, responses=error_responses(400, 404, 422))
+def search(store: StoreDep, q: Annotated[str, Query(description="An offset message id, a unique key, a key, or "
+                                                    "topic:queue:offset.")],
+           topic: TopicFilter = None, begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
+    """One search box: recognises what it was given and looks it up."""
+    return _found(lookup.search(store, q, topic, begin, end, max))

@@ -1,0 +1,125 @@
+"""Finding messages: by offset id, by business key or unique key (in one topic or in all of
+them, retry, schedule and dead-letter topics included), by queue offset, and one search box
+that recognises which of these it was given. Results say plainly when they were cut short."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from app.services.errors import InvalidRequestError, NotFoundError
+from store import ids, topics
+from store.codec import StoredMessage
+from store.errors import InvalidIdError, MessageNotFoundError
+from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MAX_QUERY_RESULTS, MessageStore
+
+QUEUE_ADDRESS = re.compile(r"^(?P<topic>[%|a-zA-Z0-9_-]+):(?P<queue>\d{1,4}):(?P<offset>\d{1,19})$")
+HEX_ID = re.compile(r"^[0-9A-Fa-f]{32}$|^[0-9A-Fa-f]{56}$")
+MAX_KEY_CHARS = 512
+
+
+@dataclass
+class Found:
+    messages: list[StoredMessage]
+    truncated: bool = False  # more matched than `max`, or a topic's index walk stopped early
+    searched_topics: list[str] = field(default_factory=list)
+    recognised_as: str = ""  # what the search box took the query for
+
+
+def _check_window(begin: int, end: int, max_results: int) -> None:
+    if not 1 <= max_results <= MAX_QUERY_RESULTS:
+        raise InvalidRequestError(f"max must be between 1 and {MAX_QUERY_RESULTS}")
+    if begin > end:
+        raise InvalidRequestError("the time window begins after it ends")
+
+
+def _check_key(key: str) -> str:
+    if not key or len(key) > MAX_KEY_CHARS or " " in key:
+        raise InvalidRequestError(f"a key is 1 to {MAX_KEY_CHARS} characters without spaces")
+    return key
+
+
+def _topics_to_search(store: MessageStore, topic: str | None) -> list[str]:
+    if topic is not None:
+        topics.validate_topic(topic)
+        return [topic]
+    found = set(store.topics()) | {t.name for t in store.metadata.topics()}
+    found.discard(topics.TRACE_TOPIC)
+    return sorted(found)
+
+
+def by_offset_id(store: MessageStore, offset_msg_id: str) -> StoredMessage:
+    try:
+        _, phys_offset = ids.decode_offset_msg_id(offset_msg_id)
+    except InvalidIdError as exc:
+        raise InvalidRequestError(f"malformed offset message id {offset_msg_id[:64]!r}: {exc}") from None
+    try:
+        msg = store.read(phys_offset)
+    except MessageNotFoundError:
+        raise NotFoundError(f"no message with offset id {offset_msg_id} (nothing at commit log offset "
+                            f"{phys_offset}; it may have expired)") from None
+    if msg.offset_msg_id != offset_msg_id.upper():
+        raise NotFoundError(f"no message with offset id {offset_msg_id} (it names another broker or offset)")
+    return msg
+
+
+def by_queue_offset(store: MessageStore, topic: str, queue_id: int, queue_offset: int) -> StoredMessage:
+    topics.validate_topic(topic)
+    try:
+        return store.get_by_queue_offset(topic, queue_id, queue_offset)
+    except MessageNotFoundError as exc:
+        raise NotFoundError(str(exc)) from None
+
+
+def _query_all(store: MessageStore, key: str, topic: str | None, begin: int, end: int, max_results: int,
+               unique: bool) -> Found:
+    _check_key(key)
+    _check_window(begin, end, max_results)
+    searched = _topics_to_search(store, topic)
+    found: list[StoredMessage] = []
+    truncated = False
+    for name in searched:
+        query = store.query_by_unique_key if unique else store.query_by_key
+        result = query(name, key, begin, end, max_results)
+        found.extend(result.messages)
+        truncated |= result.truncated
+    found.sort(key=lambda m: (m.store_timestamp, m.phys_offset), reverse=True)
+    if len(found) > max_results:
+        found, truncated = found[:max_results], True
+    return Found(found, truncated, searched)
+
+
+def by_key(store: MessageStore, key: str, topic: str | None = None, begin: int = 0, end: int = FAR_FUTURE_MS,
+           max_results: int = DEFAULT_QUERY_MAX) -> Found:
+    """Messages whose KEYS hold `key`, newest first."""
+    return _query_all(store, key, topic, begin, end, max_results, unique=False)
+
+
+def by_unique_key(store: MessageStore, unique_key: str, topic: str | None = None, begin: int = 0,
+                  end: int = FAR_FUTURE_MS, max_results: int = DEFAULT_QUERY_MAX) -> Found:
+    """Every copy with this UNIQ_KEY (original, scheduled, retry, dead letter), newest first."""
+    return _query_all(store, unique_key, topic, begin, end, max_results, unique=True)
+
+
+def search(store: MessageStore, query: str, topic: str | None = None, begin: int = 0, end: int = FAR_FUTURE_MS,
+           max_results: int = DEFAULT_QUERY_MAX) -> Found:
+    """One search box: `topic:queue:offset`, an offset message id, a unique key or a business key."""
+    text = (query or "").strip()
+    if not text:
+        raise InvalidRequestError("type an offset message id, a unique key, a key or topic:queue:offset")
+    address = QUEUE_ADDRESS.match(text)
+    if address:
+        msg = by_queue_offset(store, address["topic"], int(address["queue"]), int(address["offset"]))
+        return Found([msg], False, [address["topic"]], "queue offset")
+    if HEX_ID.match(text):
+        try:
+            return Found([by_offset_id(store, text)], False, [], "offset message id")
+        except (InvalidRequestError, NotFoundError):
+            pass  # a unique key has the same shape
+        copies = by_unique_key(store, text.upper(), topic, begin, end, max_results)
+        if copies.messages:
+            copies.recognised_as = "unique key"
+            return copies
+    found = by_key(store, _check_key(text), topic, begin, end, max_results)
+    found.recognised_as = "key"
+    return found
