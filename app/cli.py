@@ -269,14 +269,12 @@ def serve(
 
     import uvicorn
 
-    from app.db import migrate
     from app.main import create_app
 
     settings = _settings(data_dir=data, host=host, port=port, demo=demo or None)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    migrate(settings.database_url)
-    logging.getLogger("mqlens").info("data in %s, database migrated", settings.data_dir)
+    logging.getLogger("mqlens").info("data in %s", settings.data_dir)
     server_app = create_app(settings)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again: once the
     # store is closed that signal only ends `serve`, with status 0.

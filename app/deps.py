@@ -9,7 +9,6 @@ import anyio
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.config import Settings
 from app.services.flow import PutGate
 from store.clock import Clock
 from store.message_store import MessageStore
@@ -43,10 +42,6 @@ async def get_config_lock(request: Request) -> threading.Lock:
     return request.app.state.config_lock
 
 
-async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
-
-
 async def get_actor(request: Request) -> str:
     """Who acts: the signed-in user or token owner once the console has them."""
     return "anonymous"
@@ -59,5 +54,4 @@ PutGateDep = Annotated[PutGate, Depends(get_put_gate)]
 ReceiveGateDep = Annotated[PutGate, Depends(get_receive_gate)]
 ReceiveThreadsDep = Annotated[anyio.CapacityLimiter, Depends(get_receive_threads)]
 ConfigLockDep = Annotated[threading.Lock, Depends(get_config_lock)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
 ActorDep = Annotated[str, Depends(get_actor)]

@@ -95,7 +95,6 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         app.state.receive_threads = anyio.CapacityLimiter(settings.max_receives)
         app.state.store = resources.store
         app.state.sessions = resources.sessions
-        app.state.demo = resources.demo
         try:
             yield
         finally:

@@ -168,9 +168,10 @@ class OffsetTableFile(StateFile):
             raise self._error(f"{self.path} does not hold an object")
         return content
 
-    def read_table(self) -> dict:
-        """The saved offsetTable, empty when there is no file yet."""
-        content = self.read_content()
+    def read_table(self, content: dict | None = None) -> dict:
+        """The saved offsetTable (of `content` when the file was read already), empty when there
+        is no file yet."""
+        content = self.read_content() if content is None else content
         if not content:
             return {}
         table = content.get("offsetTable")

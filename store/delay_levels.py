@@ -36,9 +36,9 @@ class DelayTable:
 
 class DelayLevels:
     def __init__(self, spec: str = DEFAULT_DELAY_LEVELS, tables: list[DelayTable] | None = None):
-        self._use(tables or [DelayTable(0, spec, tuple(parse_delay_levels(spec)))])
+        self.use_tables(tables or [DelayTable(0, spec, tuple(parse_delay_levels(spec)))])
 
-    def _use(self, tables: list[DelayTable]) -> None:
+    def use_tables(self, tables: list[DelayTable]) -> None:
         starts = np.array([t.from_phys_offset for t in tables], dtype=np.int64)
         self._state = (list(tables), starts)  # one assignment: readers never see a half-changed table
 
@@ -114,8 +114,6 @@ class DelayLevels:
             tables.append(DelayTable(from_phys_offset, spec, delays))
         return tables
 
-    def use_tables(self, tables: list[DelayTable]) -> None:
-        self._use(tables)
 
 
 def _lookup(delays: tuple[int, ...], levels: np.ndarray) -> np.ndarray:

@@ -213,12 +213,10 @@ class MessageStore:
         self._builder.timer_floor_ms = self.timer.floor_ms
         self._fit_schedule_topic()
         if self.config.flush == "async":
-            self._flusher = threading.Thread(target=self._flush_loop, name="mqlens-flush", daemon=True)
-            self._flusher.start()
+            self._flusher = self._start_periodic("mqlens-flush", self.config.flush_interval_ms, self.flush)
         if self.config.retention_check_ms > 0:
-            self._retention_thread = threading.Thread(target=self._retention_loop, name="mqlens-retention",
-                                                      daemon=True)
-            self._retention_thread.start()
+            self._retention_thread = self._start_periodic("mqlens-retention", self.config.retention_check_ms,
+                                                          self.delete_expired)
         if self.config.schedule_interval_ms > 0:
             self.dispatcher.on_due = self._note_due
             self._scheduler_thread = threading.Thread(target=self._schedule_loop, name="mqlens-schedule",
@@ -257,14 +255,20 @@ class MessageStore:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def _flush_loop(self) -> None:
-        interval = self.config.flush_interval_ms / 1000
-        while not self._stop_flusher.wait(interval):
-            try:
-                self.flush()
-            except Exception:  # the store may be closing under us; the next close flushes
-                if self._closed:
-                    return
+    def _start_periodic(self, name: str, interval_ms: int, action) -> threading.Thread:
+        """A daemon thread calling `action` every `interval_ms` until close. A failed call is tried
+        again at the next tick; once the store is closed the thread ends (close flushes itself)."""
+        def loop() -> None:
+            while not self._stop_flusher.wait(interval_ms / 1000):
+                try:
+                    action()
+                except Exception:
+                    if self._closed:
+                        return
+
+        thread = threading.Thread(target=loop, name=name, daemon=True)
+        thread.start()
+        return thread
 
     def _schedule_loop(self) -> None:
         """Deliver each delayed or timed message at its time: sleep until the earliest one due,
@@ -299,14 +303,6 @@ class MessageStore:
         """Dispatch wrote messages that wait until `deliver_ms` (store lock held)."""
         if deliver_ms < self._wake_at_ms:
             self._schedule_wake.set()
-
-    def _retention_loop(self) -> None:
-        while not self._stop_flusher.wait(self.config.retention_check_ms / 1000):
-            try:
-                self.delete_expired()
-            except StoreError:
-                if self._closed:
-                    return
 
     @property
     def _reserved_ms(self) -> int:
@@ -797,18 +793,9 @@ class MessageStore:
         return events
 
     def _trace_events(self, key: str, max_events: int) -> list[TraceEvent]:
-        found = []
-        with self._lock:
-            for phys in self.index.query(topics.TRACE_TOPIC, key):
-                try:
-                    event = decode_trace(self.commitlog.read(phys))
-                except StoreError:
-                    continue
-                if event is not None and key in (event.unique_key, event.offset_msg_id):
-                    found.append((phys, event))
-                    if len(found) == max_events:
-                        break
-        return ordered(found)
+        """Trace records are keyed by unique key and by the offset id of the copy they concern."""
+        records = self.query_by_key(topics.TRACE_TOPIC, key, max_results=max_events).messages
+        return ordered([(m.phys_offset, event) for m in records if (event := decode_trace(m)) is not None])
 
     def put_topic(self, config: TopicConfig) -> TopicConfig:
         """Create a topic or change its queue count or permission."""

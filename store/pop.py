@@ -54,7 +54,7 @@ from store.metadata import GroupConfig, TopicConfig
 from store.pop_state import InFlight, PopState, Subscription, load_state, save_state
 from store.pull import NotReadableError, TagFilter, check_consumable
 from store.receipt import ReceiptHandleError, decode_handle, new_handle
-from store.retry import FIRST_RETRY_DELAY_LEVEL
+from store.retry import retry_delay_level, with_retry_origin
 from store.trace import TraceEvent, TraceKind
 
 if TYPE_CHECKING:
@@ -107,10 +107,8 @@ def _tag_filter(expression: object) -> TagFilter:
 
 
 def dead_letter_properties(original: StoredMessage) -> dict[str, str]:
-    props = dict(original.properties)
+    props = with_retry_origin(original)
     props.pop(topics.DELAY, None)
-    props.setdefault(topics.RETRY_TOPIC, original.topic)
-    props[topics.ORIGIN_MESSAGE_ID] = props.get(topics.ORIGIN_MESSAGE_ID) or original.offset_msg_id
     props[topics.DLQ_ORIGIN_TOPIC] = original.topic
     props[topics.DLQ_ORIGIN_MESSAGE_ID] = original.unique_key or original.offset_msg_id
     return props
@@ -140,7 +138,7 @@ class PopService:
     def backoff_ms(self, attempt: int) -> int:
         """How long a message waits after attempt `attempt` failed."""
         levels = self._store.delay_levels
-        return levels.delay_ms(min(FIRST_RETRY_DELAY_LEVEL - 1 + attempt, levels.max_level))
+        return levels.delay_ms(levels.clamp(retry_delay_level(attempt - 1)))
 
     # -- receive -----------------------------------------------------------------------------
     def receive(self, group: str, topic: str, max_messages: int, invisible_ms: int, tags: str | None = None,
@@ -415,15 +413,15 @@ class PopService:
         entry.receipt_handle = None
         entry.last_failure = reason or (TIMEOUT_REASON if timed_out else "the consumer reported a failure")
         dead = entry.attempt >= group_config.max_reconsume_times + 1
-        next_visible = None if dead else failed_at + self.backoff_ms(entry.attempt)
+        retry_at = failed_at + self.backoff_ms(entry.attempt)
         if self._tracing(sub):
             kind = TraceKind.INVISIBLE_TIMEOUT if timed_out else TraceKind.FAILED
             events.append(TraceEvent(kind, entry.unique_key, failed_at, sub.topic, entry.queue_id,
                                      entry.queue_offset, entry.offset_msg_id, group=sub.group, attempt=entry.attempt,
-                                     due_ms=next_visible, reason=reason))
+                                     due_ms=None if dead else retry_at, reason=reason))
         if dead and self._dead_letter(sub, entry, now, events):
             return
-        entry.due_ms = next_visible if next_visible is not None else failed_at + self.backoff_ms(entry.attempt)
+        entry.due_ms = retry_at
         sub.set_timer(entry, self.state.next_seq())
 
     def _dead_letter(self, sub: Subscription, entry: InFlight, now: int, events: list[TraceEvent]) -> bool:

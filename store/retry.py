@@ -24,6 +24,20 @@ class SendBack:
     delay_level: int  # 0 for a dead letter
 
 
+def retry_delay_level(reconsume_times: int) -> int:
+    """The delay level a message waits before reconsume #(reconsume_times + 1)."""
+    return FIRST_RETRY_DELAY_LEVEL + reconsume_times
+
+
+def with_retry_origin(original: StoredMessage) -> dict[str, str]:
+    """The original's properties plus where it was first consumed: RETRY_TOPIC and ORIGIN_MESSAGE_ID
+    (kept when an earlier copy set them)."""
+    props = dict(original.properties)
+    props.setdefault(topics.RETRY_TOPIC, original.topic)
+    props[topics.ORIGIN_MESSAGE_ID] = props.get(topics.ORIGIN_MESSAGE_ID) or original.offset_msg_id
+    return props
+
+
 def route_send_back(original: StoredMessage, group: GroupConfig, delay_level: int = 0,
                     max_reconsume_times: int | None = None, rng: random.Random | None = None,
                     reconsume_times: int | None = None) -> SendBack:
@@ -43,7 +57,7 @@ def route_send_back(original: StoredMessage, group: GroupConfig, delay_level: in
     else:
         topic = topics.retry_topic(group.name)
         queue_id = (rng or random).randrange(group.retry_queues)
-        level = delay_level if delay_level > 0 else FIRST_RETRY_DELAY_LEVEL + reconsumed
+        level = delay_level if delay_level > 0 else retry_delay_level(reconsumed)
     props[topics.DELAY] = str(level)
     props[topics.ORIGIN_MESSAGE_ID] = props.get(topics.ORIGIN_MESSAGE_ID) or original.offset_msg_id
     return SendBack(topic, queue_id, reconsumed + 1, props, dead, level)

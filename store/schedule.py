@@ -67,7 +67,7 @@ class ScheduleService(OffsetTableFile):
         self.queues = queues
         self.delay_levels = delay_levels
         content = self.read_content()
-        table = self.read_table()
+        table = self.read_table(content)
         try:
             # level -> runs [first queue offset, head]; the first run's head is the offsetTable's
             self._runs = {int(level): [[0, int(offset)]] for level, offset in table.items()}

@@ -10,7 +10,6 @@ from store import topics
 from store.codec import StoredMessage
 from store.message_store import MessageStore
 from store.metadata import TopicConfig
-from store.pull import TagFilter
 
 
 @dataclass(frozen=True)
@@ -51,10 +50,6 @@ def read_queue(store: MessageStore, topic: str, queue_id: int, offset: int | Non
     _existing_queue(store, topic, queue_id)
     if group is not None:
         store.metadata.group(group)  # checks the name
-    try:
-        TagFilter(tags)
-    except ValueError as exc:
-        raise InvalidRequestError(str(exc)) from None
     if offset is None and group is not None:
         offset = store.offsets.get(topic, group, queue_id)
     result = store.pull(group or "", topic, queue_id, offset or 0, max_messages, tags, trace=False)

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.services import audit
-from app.services.errors import InvalidRequestError
-from store import ids, topics
+from app.services import audit, lookup
+from app.services.errors import InvalidRequestError, NotFoundError
+from store import topics
 from store.clock import Clock
 from store.codec import StoredMessage
-from store.errors import MessageNotFoundError, StoreError
+from store.errors import StoreError
 from store.message_store import MessageStore, PutResult
 from store.trace import TraceKind
 
@@ -35,10 +35,7 @@ def copy_facts(copy: PutResult | StoredMessage) -> dict:
 
 
 def _dead_letter(store: MessageStore, offset_msg_id: str) -> StoredMessage:
-    _, phys_offset = ids.decode_offset_msg_id(offset_msg_id)  # malformed: InvalidIdError (400)
-    dead = store.read(phys_offset)  # nothing there: MessageNotFoundError (404)
-    if dead.offset_msg_id != offset_msg_id.strip().upper():
-        raise MessageNotFoundError(f"no message with offset id {offset_msg_id}")
+    dead = lookup.by_offset_id(store, offset_msg_id.strip())  # malformed: 400; nothing there: 404
     if not topics.is_dlq_topic(dead.topic):
         raise InvalidRequestError(f"message {dead.offset_msg_id} is in {dead.topic}, not in a dead-letter topic")
     return dead
@@ -65,7 +62,7 @@ def _resent_copy(store: MessageStore, dead_letter_id: str, since_ms: int) -> Sto
     """The copy a resend of the dead letter made at or after `since_ms`, per the trace."""
     try:
         dead = _dead_letter(store, dead_letter_id)
-    except (StoreError, InvalidRequestError):
+    except (StoreError, InvalidRequestError, NotFoundError):
         return None
     why = f"resent from {dead.topic}"
     for event in store.timeline(dead.unique_key or dead.offset_msg_id):

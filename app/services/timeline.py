@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from app.services import lookup
 from app.services.errors import InvalidRequestError, NotFoundError
-from store import ids, topics
+from store import topics
 from store.codec import StoredMessage
-from store.errors import InvalidIdError, MessageNotFoundError
 from store.message_store import MessageStore
 from store.trace import TraceEvent, TraceKind
 
@@ -26,11 +26,9 @@ class TimelineEntry:
 def _stored_message(store: MessageStore, offset_msg_id: str) -> StoredMessage | None:
     """The record an offset message id names, if the id is one and the record is there."""
     try:
-        _, phys_offset = ids.decode_offset_msg_id(offset_msg_id)
-        msg = store.read(phys_offset)
-    except (InvalidIdError, MessageNotFoundError):
+        return lookup.by_offset_id(store, offset_msg_id)
+    except (InvalidRequestError, NotFoundError):
         return None
-    return msg if msg.offset_msg_id == offset_msg_id.upper() else None
 
 
 def _stored_event(msg: StoredMessage) -> TraceEvent:

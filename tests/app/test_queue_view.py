@@ -50,7 +50,8 @@ async def test_offsets_outside_the_queue_read_from_its_nearest_end(api, five):
 
 
 async def test_the_view_records_no_delivery(api, five):
-    await api.client.get(URL.format(TOPIC, 1), params={"group": "GID_view"})
+    r = await api.client.get(URL.format(TOPIC, 1), params={"group": "GID_view"})
+    assert r.status_code == 200 and r.json()["messages"], r.text
     kinds = [e.kind.value for e in api.store.timeline(five[0]["unique_key"])]
     assert kinds == ["stored"]
     assert api.store.offsets.get(TOPIC, "GID_view", 1) is None

@@ -258,7 +258,7 @@ async def test_a_long_poll_returns_when_a_message_arrives(api):
         assert results == []
         [put] = await produce(api, 1)
     assert [[m["unique_key"] for m in got] for got in results] == [[put["unique_key"]]]
-    assert time.monotonic() - started < 40  # woken by the put, not by the end of wait_ms
+    assert time.monotonic() - started < 40  # returned with the message, not at the end of wait_ms
 
 
 async def test_eight_long_polls_wait_on_threads_while_other_requests_go_on(api):
