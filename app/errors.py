@@ -3,7 +3,8 @@
 Domain errors (the store's and the services') map to 4xx by class; request validation to 422
 (malformed JSON to 400); unknown routes and methods to 404/405; flow control to 429 with
 Retry-After; anything else to 500 with a generic message (the traceback goes to the log only).
-The console's error pages and fragments will branch off `error_response` when they come."""
+A browser asking for a console page gets the same message as the error page (or, for htmx, as
+the error fragment); the JSON API and JSON twins always get JSON."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.render import wants_html
 from app.services.errors import ConflictError, ForbiddenError, InvalidRequestError, NotFoundError, ServiceError
 from store.errors import (
     FlowControlError,
@@ -59,6 +61,12 @@ def status_for(exc: Exception) -> int:
 
 def error_response(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
     """The body of every error response."""
+    renderer = getattr(request.app.state, "renderer", None)
+    if renderer is not None and wants_html(request):
+        try:
+            return renderer.error(request, status, message, headers)
+        except Exception:  # the error page itself failed: the JSON error still tells what happened
+            log.exception("rendering the error page failed")
     return JSONResponse({"ok": False, "error": message, "status": status}, status_code=status, headers=headers)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import anyio
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
@@ -19,12 +20,21 @@ from starlette.concurrency import run_in_threadpool
 from app.config import Settings
 from app.db import make_engine, migrate, session_factory
 from app.errors import install_error_handlers
+from app.headers import SecurityHeadersMiddleware
+from app.pages import dashboard as dashboard_page
+from app.pages import groups as groups_page
+from app.pages import message as message_page
+from app.pages import search as search_page
+from app.pages import timeline as timeline_page
+from app.pages import topics as topics_page
+from app.render import STATIC_PREFIX, Renderer, project_dir
 from app.routes import config as config_routes
-from app.routes import groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
+from app.routes import docs, groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
 from app.services import config as config_service
 from app.services import resend as resend_service
 from app.services.demo import DemoWorkload
 from app.services.flow import PutGate
+from app.twin import JsonTwinMiddleware
 from store.clock import Clock, SystemClock
 from store.delay_levels import DEFAULT_DELAY_LEVELS
 from store.message_store import MessageStore, StoreConfig
@@ -100,7 +110,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         finally:
             await run_in_threadpool(_stop, resources)
 
-    app = FastAPI(title="mqlens", version=_version(), lifespan=lifespan,
+    app = FastAPI(title="mqlens", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Operations console and REST API of an embedded RocketMQ-compatible broker store. "
                               'Every error answers {"ok": false, "error": "...", "status": N}.')
     app.state.settings = settings
@@ -108,8 +118,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.put_gate = PutGate(settings.max_pending_puts)
     app.state.receive_gate = PutGate(settings.max_receives, activity="receives")
     app.state.config_lock = threading.Lock()  # one configuration change at a time
+    app.state.renderer = Renderer(project_dir() / "templates")
     install_error_handlers(app)
     for module in (health, messages, topics, groups, config_routes, receive, queue_view, timeline, resend,
-                   lookup):
+                   lookup, docs, dashboard_page, search_page, message_page, timeline_page, topics_page, groups_page):
         app.include_router(module.router)
+    app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
+    app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(JsonTwinMiddleware)
     return app

@@ -40,6 +40,24 @@ def message_dict(msg: StoredMessage) -> dict:
     return data
 
 
+def message_summary(msg: StoredMessage) -> dict:
+    """One row of a result list: where the copy is, when, and what it carries, without the body."""
+    return {
+        "offset_msg_id": msg.offset_msg_id,
+        "unique_key": msg.unique_key,
+        "topic": msg.topic,
+        "queue_id": msg.queue_id,
+        "queue_offset": msg.queue_offset,
+        "store_timestamp": msg.store_timestamp,
+        "born_timestamp": msg.born_timestamp,
+        "tags": msg.tags,
+        "keys": msg.keys,
+        "reconsume_times": msg.reconsume_times,
+        "size": msg.size,
+        "copy": copy_kind(msg.topic),
+    }
+
+
 def received_dict(received: Received) -> dict:
     """A message handed out by receive, with what acknowledging it takes."""
     data = message_dict(received.message)

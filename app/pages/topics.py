@@ -1,0 +1,7 @@
+"""Console pages: topics (being built)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter(include_in_schema=False)
