@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -255,6 +256,15 @@ def db_upgrade(data: DataDir = None) -> None:
     print(f"database {settings.database_url} is at revision {current_revision(settings.database_url)}")
 
 
+def _check_served_store(store: Path | None, read_only: bool) -> None:
+    if read_only and store is None and not os.environ.get("MQLENS_STORE_DIR"):
+        raise CliError("--read-only serves a store written elsewhere: give its directory with --store")
+    if store is not None and not store.is_dir():
+        raise CliError(f"store directory {store} does not exist")
+    if store is not None and read_only and not (store / "commitlog").is_dir():
+        raise CliError(f"{store} is not a store: it has no commitlog directory")
+
+
 @app.command("serve")
 def serve(
     data: DataDir = None,
@@ -262,6 +272,18 @@ def serve(
     port: Annotated[int | None, typer.Option("--port", min=0, max=65535, help="Port [default: 8080].")] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Also put a few demo messages a second to DemoTopic.")]
     = False,
+    store: Annotated[Path | None, typer.Option("--store", help="Serve the store in this directory instead of the "
+                                               "data directory's (mqlens.db stays in the data directory).")] = None,
+    read_only: Annotated[bool, typer.Option("--read-only", help="Change nothing in the --store directory (a "
+                                            "RocketMQ store, say): writes answer 409.")] = False,
+    commitlog_file_size: Annotated[int | None, typer.Option("--commitlog-file-size", min=4096,
+                                                            help="Commit log segment bytes.")] = None,
+    cq_file_size: Annotated[int | None, typer.Option("--cq-file-size", min=20, help="Consume queue file bytes.")]
+    = None,
+    index_slots: Annotated[int | None, typer.Option("--index-slots", min=1, help="Hash slots per index file.")]
+    = None,
+    index_entries: Annotated[int | None, typer.Option("--index-entries", min=2, help="Entries per index file.")]
+    = None,
 ) -> None:
     """Migrate the database, then serve the console and REST API (one process, one worker)."""
     import logging
@@ -271,10 +293,14 @@ def serve(
 
     from app.main import create_app
 
-    settings = _settings(data_dir=data, host=host, port=port, demo=demo or None)
+    _check_served_store(store, read_only)
+    settings = _settings(data_dir=data, host=host, port=port, demo=demo or None, store_dir=store,
+                         read_only=read_only or None, commitlog_file_size=commitlog_file_size,
+                         cq_file_size=cq_file_size, index_slots=index_slots, index_entries=index_entries)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    logging.getLogger("mqlens").info("data in %s", settings.data_dir)
+    logging.getLogger("mqlens").info("data in %s, store in %s%s", settings.data_dir, settings.store_dir,
+                                     " (read-only)" if settings.read_only else "")
     server_app = create_app(settings)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again: once the
     # store is closed that signal only ends `serve`, with status 0.

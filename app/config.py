@@ -22,6 +22,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MQLENS_", extra="ignore")
 
     data_dir: Path = Path("./data")
+    # The store; default: store/ in data_dir. read_only: serve it without changing a byte (a store
+    # RocketMQ or another process wrote); every write request is refused with 409.
+    store_dir: Path | None = None
+    read_only: bool = False
     # Operator state (audit log, delay-level versions...); default: sqlite file mqlens.db in data_dir.
     database_url: str | None = None
     host: str = "127.0.0.1"
@@ -54,9 +58,13 @@ class Settings(BaseSettings):
             self.database_url = f"sqlite:///{(self.data_dir / DB_FILE_NAME).as_posix()}"
         return self
 
-    @property
-    def store_dir(self) -> Path:
-        return self.data_dir / STORE_DIR_NAME
+    @model_validator(mode="after")
+    def _default_store_dir(self) -> Settings:
+        if self.store_dir is None:
+            self.store_dir = self.data_dir / STORE_DIR_NAME
+        if self.read_only and self.demo:
+            raise ValueError("the demo workload writes to the store: it cannot run read-only")
+        return self
 
     def geometry(self) -> StoreGeometry:
         given = {name: getattr(self, name) for name in

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -27,13 +27,17 @@ from app.pages import message as message_page
 from app.pages import search as search_page
 from app.pages import timeline as timeline_page
 from app.pages import topics as topics_page
+from app.read_only import refuse_writes_when_read_only
 from app.render import STATIC_PREFIX, Renderer, project_dir
 from app.routes import config as config_routes
 from app.routes import docs, groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
+from app.routes import metrics as metrics_routes
 from app.services import config as config_service
 from app.services import resend as resend_service
 from app.services.demo import DemoWorkload
 from app.services.flow import PutGate
+from app.services.metrics import metrics_registry
+from app.services.rates import RateSampler
 from app.twin import JsonTwinMiddleware
 from store.clock import Clock, SystemClock
 from store.delay_levels import DEFAULT_DELAY_LEVELS
@@ -51,18 +55,23 @@ class _Resources:
 
 
 def _start(settings: Settings, clock: Clock) -> _Resources:
-    assert settings.database_url is not None
+    assert settings.database_url is not None and settings.store_dir is not None
     migrate(settings.database_url)
     engine = make_engine(settings.database_url)
     try:
         sessions = session_factory(engine)
-        levels = config_service.stored_delay_levels(sessions) or DEFAULT_DELAY_LEVELS
+        # Read-only: the store's own delay level table (config/delayLevels.json or RocketMQ's default).
+        levels = None if settings.read_only else config_service.stored_delay_levels(sessions)
         store_config = StoreConfig(geometry=settings.geometry(), flush=settings.flush,
-                                   schedule_interval_ms=settings.schedule_interval_ms, delay_levels=levels)
-        store = MessageStore.open(settings.store_dir, store_config, clock=clock)
+                                   schedule_interval_ms=0 if settings.read_only else settings.schedule_interval_ms,
+                                   delay_levels=levels or DEFAULT_DELAY_LEVELS)
+        store = MessageStore.open(settings.store_dir, store_config, clock=clock, read_only=settings.read_only)
     except BaseException:
         engine.dispose()
         raise
+    if settings.read_only:
+        log.info("serving the store in %s read-only", settings.store_dir)
+        return _Resources(engine, sessions, store)
     try:
         for line in config_service.reconcile_delay_levels(store, sessions):
             log.info("start-up: %s", line)
@@ -111,6 +120,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
             await run_in_threadpool(_stop, resources)
 
     app = FastAPI(title="mqlens", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
+                  dependencies=[Depends(refuse_writes_when_read_only)],
                   description="Operations console and REST API of an embedded RocketMQ-compatible broker store. "
                               'Every error answers {"ok": false, "error": "...", "status": N}.')
     app.state.settings = settings
@@ -119,9 +129,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.receive_gate = PutGate(settings.max_receives, activity="receives")
     app.state.config_lock = threading.Lock()  # one configuration change at a time
     app.state.renderer = Renderer(project_dir() / "templates")
+    app.state.rates = RateSampler()  # messages/s on the dashboard
+    app.state.metrics_registry = metrics_registry(lambda: app.state.store)
     install_error_handlers(app)
     for module in (health, messages, topics, groups, config_routes, receive, queue_view, timeline, resend,
-                   lookup, docs, dashboard_page, search_page, message_page, timeline_page, topics_page, groups_page):
+                   lookup, docs, metrics_routes, dashboard_page, search_page, message_page, timeline_page,
+                   topics_page, groups_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
     app.add_middleware(SecurityHeadersMiddleware)

@@ -66,6 +66,8 @@ def make_environment(templates_dir: Path) -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(ms_time=format_ms, duration=format_duration_ms, bytes=format_bytes)
     env.globals.update(static_prefix=STATIC_PREFIX, htmx_file=HTMX_FILE)
+    # The macros as a global, so a block rendered on its own (an htmx fragment) has them too.
+    env.globals["ui"] = env.get_template("_macros.html").module
     return env
 
 

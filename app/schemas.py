@@ -279,10 +279,42 @@ class TraceEventOut(BaseModel):
     derived: bool = Field(description="True: no event was recorded; this one is made from the stored record.")
 
 
+class HopOut(BaseModel):
+    """One hop of a message's life; unset fields are left out."""
+
+    kind: Literal["produced", "scheduled", "released", "delivered", "consumed", "failed", "retry_scheduled",
+                  "redelivered", "dead_lettered", "resent", "duplicate"]
+    label: str = Field(description="The kind in words, e.g. 'retry scheduled'.")
+    time_ms: int
+    detail: str = Field(description="What happened, in words.")
+    derived: bool = Field(description="True: reconstructed from a copy's properties, not recorded when it happened.")
+    group: str | None = None
+    attempt: int | None = Field(None, description="1-based delivery attempt.")
+    topic: str | None = Field(None, description="Where the copy involved is.")
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    offset_msg_id: str | None = None
+    reconsume_times: int | None = None
+    delay_level: int | None = None
+    due_ms: int | None = Field(None, description="When the scheduled copy or the next attempt is due.")
+    reason: str | None = None
+
+
+class VerdictOut(BaseModel):
+    group: str
+    state: Literal["consumed", "retry_pending", "dead_lettered", "pending", "unknown"]
+    detail: str
+    next_attempt_ms: int | None = Field(None, description="retry_pending: when the next attempt is due.")
+    attempts: int | None = Field(None, description="Delivery attempts known so far.")
+
+
 class TimelineResponse(BaseModel):
     ok: Literal[True] = True
     id: str
     events: list[TraceEventOut]
+    traced: bool = Field(description="True: hops from recorded trace events; false: reconstructed from the copies.")
+    hops: list[HopOut] = Field(description="Every hop in time order.")
+    verdicts: list[VerdictOut] = Field(description="Where the message stands for each consumer group.")
 
 
 class ResendResponse(BaseModel):

@@ -48,6 +48,7 @@ from store.recordio import assign_queue_offsets, put_results
 from store.retention import DEFAULT_RESERVED_HOURS, HOUR_MS, Expiry, RetentionPass, expired_until, expiry_of
 from store.retry import SendBack, route_send_back
 from store.schedule import MAX_DELIVERIES_PER_PASS, DeliveryPass, ScheduleService
+from store.stats import StoreStats
 from store.timer import TimerService
 from store.trace import TraceEvent, TraceKind, decode_trace, ordered, trace_message
 
@@ -128,6 +129,7 @@ class MessageStore:
         self._pending_trace: list[TraceEvent] = []
         self._recent = RecentUniqueKeys(config.dedupe_window_ms) if config.dedupe_window_ms > 0 else None
         self._opened_at_ms = clock.now_ms()
+        self.stats = StoreStats(self._opened_at_ms)
         self.commitlog: CommitLog
         self.metadata: Metadata
         self.offsets: ConsumerOffsets
@@ -471,9 +473,11 @@ class MessageStore:
             self._disk_guard.check()
             now = self.clock.now_ms()
             if self._recent is not None and any(m.unique_key or topics.UNIQ_KEY in m.properties for m in batch):
-                return self._put_deduplicated(batch, now)
-            results = self._append_planned(self._builder.build_many(batch, now), now)
-            self._trace(self._put_events(batch, results, now), now)
+                results = self._put_deduplicated(batch, now)
+            else:
+                results = self._append_planned(self._builder.build_many(batch, now), now)
+                self._trace(self._put_events(batch, results, now), now)
+            self.stats.count_put(len(results))
             return results
 
     def _put_deduplicated(self, batch: list[NewMessage], now: int) -> list[PutResult]:
@@ -582,13 +586,18 @@ class MessageStore:
                 wait_ms: int = 0) -> list[Received]:
         """Up to `max_messages` messages of `topic` not yet handed out to `group`, each invisible
         to the group for `invisible_ms`; waits up to `wait_ms` (real time) when there are none."""
-        return self.pop.receive(group, topic, max_messages, invisible_ms, tags, wait_ms)
+        received = self.pop.receive(group, topic, max_messages, invisible_ms, tags, wait_ms)
+        self.stats.count_delivered(len(received))
+        return received
 
     def ack(self, group: str, receipt_handle: str) -> None:
         self.pop.ack(group, receipt_handle)
+        self.stats.count_acked(1)
 
     def ack_many(self, group: str, receipt_handles: list[str]) -> list[ReceiptHandleError | None]:
-        return self.pop.ack_many(group, receipt_handles)
+        outcomes = self.pop.ack_many(group, receipt_handles)
+        self.stats.count_acked(outcomes.count(None))
+        return outcomes
 
     def nack(self, group: str, receipt_handle: str, reason: str | None = None) -> None:
         self.pop.nack(group, receipt_handle, reason)
@@ -694,6 +703,11 @@ class MessageStore:
             unit = cq.get(queue_offset)
             return self.read(unit.phys_offset)
 
+    def dispatch_lag_bytes(self) -> int:
+        """Commit log bytes written but not yet projected into consume queues and index."""
+        with self._lock:
+            return max(0, self.commitlog.end - self.dispatcher.dispatched_to)
+
     def queue_offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after `timestamp_ms` (the max offset if none)."""
         with self._lock:
@@ -759,6 +773,8 @@ class MessageStore:
                     if len(found) == max_messages:
                         break
             result = PullResult(found, position, cq.min_offset, cq.max_offset)
+        if trace:
+            self.stats.count_delivered(len(found))
         if found and trace and self.config.trace and not self.read_only:
             with self._writing():
                 now = self.clock.now_ms()

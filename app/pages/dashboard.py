@@ -1,7 +1,29 @@
-"""Console pages: dashboard (being built)."""
+"""Console pages: the dashboard at / (and /dashboard): the store's size, segments, dispatch lag,
+messages per second in and out, dead letters; its cards re-fetched every few seconds by htmx."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from dataclasses import asdict
+
+from fastapi import APIRouter, Request
+
+from app.deps import StoreDep
+from app.pages import RendererDep
+from app.services.store_status import store_status
 
 router = APIRouter(include_in_schema=False)
+
+REFRESH_SECONDS = 3
+
+
+def dashboard_data(request: Request, store) -> dict:
+    now_ms = request.app.state.clock.now_ms()
+    rates = request.app.state.rates.rates(store.stats, now_ms)
+    return {"nav": "dashboard", "now_ms": now_ms, "status": asdict(store_status(store)), "rates": asdict(rates),
+            "refresh_seconds": REFRESH_SECONDS}
+
+
+@router.get("/")
+@router.get("/dashboard")
+def dashboard_page(request: Request, store: StoreDep, renderer: RendererDep):
+    return renderer.page(request, "dashboard/dashboard.html", dashboard_data(request, store), fragment="cards")

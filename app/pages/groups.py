@@ -1,7 +1,27 @@
-"""Console pages: groups (being built)."""
+"""Console pages: the consumer groups, and one group's lag, retries waiting and dead letters."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Request
+
+from app.deps import StoreDep
+from app.pages import RendererDep
+from app.services.group_status import group_detail, group_rows
 
 router = APIRouter(include_in_schema=False)
+
+
+@router.get("/groups")
+def groups_page(request: Request, store: StoreDep, renderer: RendererDep):
+    return renderer.page(request, "groups/groups.html", {"nav": "groups", "groups": group_rows(store)})
+
+
+@router.get("/groups/{group}")
+def group_page(group: str, request: Request, store: StoreDep, renderer: RendererDep):
+    data = group_detail(store, group, request.app.state.clock.now_ms())
+    dlq = data["dead_letters"]["topic"]
+    links = {"dlq_search_url": "/search?" + urlencode({"topic": dlq}),
+             "dlq_topic_url": f"/topics/{quote(dlq, safe='')}" if data["dead_letters"]["queues"] else None}
+    return renderer.page(request, "groups/group.html", {"nav": "groups", "group": data, **links})

@@ -50,9 +50,7 @@ def search_data(store, q: str | None, topic: str | None, begin: int | None, end:
     more = len(messages) > max_results or (found.truncated and len(found.messages) >= ask and bool(messages))
     page = messages[:max_results]
     data.update(messages=[message_summary(m) for m in page], searched=True, recognised_as=found.recognised_as,
-                searched_topics=found.searched_topics,
-                # Incomplete: the index walk stopped early, or the window holds more than we looked at.
-                truncated=found.truncated and len(found.messages) < ask)
+                searched_topics=found.searched_topics, truncated=more)
     if more and page:
         last = page[-1]
         data["next_cursor"] = f"{last.store_timestamp}-{last.phys_offset}"

@@ -8,6 +8,7 @@ from app.deps import StoreDep
 from app.routes import error_responses
 from app.schemas import TimelineResponse
 from app.services import timeline as service
+from app.services.errors import NotFoundError
 
 router = APIRouter(tags=["messages"])
 
@@ -19,7 +20,18 @@ def timeline(message_id: str, store: StoreDep) -> dict:
     retry, dead letter, resent): stored, scheduled, released, delivered, acked, failed,
     invisible_timeout, retry, dead_letter, resent, duplicate. `message_id` is its unique key or
     the offset message id of any copy. With no event recorded, an offset id of a stored message
-    answers one event made from the record (`"derived": true`); otherwise 404."""
-    entries = service.timeline(store, message_id)
+    answers one event made from the record (`"derived": true`), a unique key none; an id that
+    names no message is 404.
+
+    `hops` are the message's hops in time order (produced, delivered, failed, retry_scheduled,
+    redelivered, dead_lettered, resent, consumed...) and `verdicts` where it stands for each
+    consumer group (consumed, retry_pending with the next attempt time, dead_lettered, pending,
+    unknown). Without trace events they are reconstructed from the copies' properties
+    (`"traced": false`, hops `"derived": true`)."""
+    found = service.message_timeline(store, message_id)
+    if not found.entries and not found.hops:
+        raise NotFoundError(f"no trace event and no message for id {message_id}")
     return {"ok": True, "id": message_id,
-            "events": [{**entry.event.to_json(), "derived": entry.derived} for entry in entries]}
+            "events": [{**entry.event.to_json(), "derived": entry.derived} for entry in found.entries],
+            "traced": found.traced, "hops": [hop.to_json() for hop in found.hops],
+            "verdicts": [verdict.to_json() for verdict in found.verdicts]}

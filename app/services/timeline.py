@@ -1,5 +1,6 @@
 """A message's lifecycle: the trace events recorded for it, found by its unique key or by the
-offset id of any of its copies."""
+offset id of any of its copies; and its retry timeline: every hop in time order and each consumer
+group's verdict, made from the trace events or, when none were recorded, from its copies."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from dataclasses import dataclass
 
 from app.services import lookup
 from app.services.errors import InvalidRequestError, NotFoundError
+from app.services.timeline_hops import Hop, hops_from_copies, hops_from_events
+from app.services.timeline_verdicts import ConsumerProgress, Verdict, verdicts
 from store import topics
 from store.codec import StoredMessage
-from store.message_store import MessageStore
+from store.errors import StoreError
+from store.message_store import MAX_QUERY_RESULTS, MessageStore
+from store.metadata import DEFAULT_RETRY_MAX_TIMES
 from store.trace import TraceEvent, TraceKind
 
 # Unique keys (client ids, RocketMQ 5 message ids) and offset message ids are hex strings.
@@ -37,17 +42,87 @@ def _stored_event(msg: StoredMessage) -> TraceEvent:
                       real_topic=msg.properties.get(topics.REAL_TOPIC))
 
 
-def timeline(store: MessageStore, message_id: str) -> list[TimelineEntry]:
-    """The recorded events in order. With none (tracing was off, or the record predates it), an
-    offset id of a readable record gives one derived "stored" event."""
+def _check_id(message_id: str) -> None:
     if not MESSAGE_ID.match(message_id):
         raise InvalidRequestError(f"malformed message id {message_id[:64]!r}: a unique key or an offset message id "
                                   "is 16 to 128 hex characters")
+
+
+def _recorded_events(store: MessageStore, message_id: str) -> list[TraceEvent]:
     for candidate in dict.fromkeys((message_id, message_id.upper())):
         events = store.timeline(candidate)
         if events:
-            return [TimelineEntry(event, False) for event in events]
-    msg = _stored_message(store, message_id)
-    if msg is None:
-        raise NotFoundError(f"no trace event and no message for id {message_id}")
-    return [TimelineEntry(_stored_event(msg), True)]
+            return events
+    return []
+
+
+@dataclass(frozen=True)
+class MessageTimeline:
+    message_id: str  # as asked for
+    unique_key: str | None
+    entries: list[TimelineEntry]  # the recorded events; without any, a derived "stored" event of the id's copy
+    copies: list[StoredMessage]  # oldest first
+    hops: list[Hop]  # in time order
+    verdicts: list[Verdict]  # one per group, by name
+    traced: bool  # hops from recorded events (else reconstructed from the copies)
+    progress_recorded: bool  # the store holds consumer offsets or receive state of some group
+
+    @property
+    def first_copy(self) -> StoredMessage | None:
+        """The produced copy when there is one, else the oldest."""
+        plain = [m for m in self.copies if topics.copy_kind(m.topic) == "original"]
+        return (plain or self.copies or [None])[0]
+
+
+def _max_reconsume_times(store: MessageStore, group: str) -> int:
+    try:
+        return store.metadata.group(group).max_reconsume_times
+    except StoreError:  # a dead-letter topic named after a group name mqlens would refuse
+        return DEFAULT_RETRY_MAX_TIMES
+
+
+def _copies(store: MessageStore, unique_keys: list[str], anchor: StoredMessage | None) -> list[StoredMessage]:
+    """Every copy with one of the unique keys in any topic, the anchor, and the copies their
+    ORIGIN_MESSAGE_ID names, oldest first."""
+    found: dict[int, StoredMessage] = {}
+    if anchor is not None:
+        found[anchor.phys_offset] = anchor
+    for key in dict.fromkeys(unique_keys):
+        try:
+            copies = lookup.by_unique_key(store, key, max_results=MAX_QUERY_RESULTS).messages
+        except InvalidRequestError:  # a key the index cannot be asked for (spaces, too long)
+            continue
+        for msg in copies:
+            found[msg.phys_offset] = msg
+    for msg in list(found.values()):
+        origin = msg.properties.get(topics.ORIGIN_MESSAGE_ID)
+        if origin and (named := _stored_message(store, origin)) is not None:
+            found.setdefault(named.phys_offset, named)
+    return sorted(found.values(), key=lambda m: (m.store_timestamp, m.phys_offset))
+
+
+def message_timeline(store: MessageStore, message_id: str) -> MessageTimeline:
+    """The retry timeline of the message a unique key or the offset id of any copy names."""
+    _check_id(message_id)
+    events = _recorded_events(store, message_id)
+    anchor = _stored_message(store, message_id)
+    keys = [e.unique_key for e in events[:1]] + ([anchor.unique_key] if anchor and anchor.unique_key else [])
+    if anchor is None and not events:
+        keys = [message_id, message_id.upper()]
+    copies = _copies(store, keys, anchor)
+    if not events and not copies:
+        raise NotFoundError(f"no trace event and no message for id {message_id}: give the unique key or the "
+                            "offset message id of a copy stored here")
+    if events:
+        entries = [TimelineEntry(event, False) for event in events]
+        hops = hops_from_events(events)
+    else:
+        entries = [TimelineEntry(_stored_event(anchor), True)] if anchor is not None else []
+        hops = hops_from_copies(copies, store.delay_levels.deliver_time,
+                                lambda group: _max_reconsume_times(store, group))
+    progress = ConsumerProgress(store)
+    unique_key = next((m.unique_key for m in copies if m.unique_key), None)
+    if unique_key is None and events:
+        unique_key = events[0].unique_key
+    return MessageTimeline(message_id, unique_key, entries, copies, hops,
+                           verdicts(hops, progress, traced=bool(events)), bool(events), progress.any_recorded)

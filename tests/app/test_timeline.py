@@ -58,7 +58,10 @@ async def test_without_events_an_offset_id_gives_a_derived_stored_event(api):
     assert body["events"] == [{"kind": "stored", "unique_key": put["unique_key"], "at_ms": put["store_timestamp"],
                                "topic": "Orders", "queue_id": put["queue_id"], "queue_offset": put["queue_offset"],
                                "offset_msg_id": put["offset_msg_id"], "derived": True}]
-    assert_error(await api.client.get(f"/api/messages/{put['unique_key']}/timeline"), 404, "no trace event")
+    by_key = await timeline(api, put["unique_key"])
+    assert by_key["events"] == [] and by_key["traced"] is False
+    assert [(h["kind"], h["offset_msg_id"], h["derived"]) for h in by_key["hops"]] == [
+        ("produced", put["offset_msg_id"], True)]
 
 
 @pytest.mark.parametrize("message_id", ["xyz", "ABC", "G" * 32, "0" * 129, "7F000001-0000"])

@@ -1,0 +1,51 @@
+"""The layout of a retry timeline drawing, as plain data for the template to draw as SVG: one lane
+for the producer and broker, one per consumer group, and the hops as points from left to right
+in time order (evenly spaced: hops milliseconds apart stay readable next to hops hours apart),
+joined by the path the message took, with the time between hops on the path."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from app.services.timeline_hops import Hop
+
+BROKER_LANE = "producer / broker"
+LABEL_WIDTH = 170  # lane names
+STEP = 140  # between hops
+LANE_HEIGHT = 84
+TOP = 28  # above the first lane
+BOTTOM = 12
+RADIUS = 7
+MAX_LANE_LABEL = 22
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _clock(epoch_ms: int) -> tuple[str, str]:
+    moment = dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.UTC)
+    return moment.strftime("%Y-%m-%d"), moment.strftime("%H:%M:%S.") + f"{epoch_ms % 1000:03d}"
+
+
+def timeline_layout(hops: list[Hop], groups: list[str]) -> dict:
+    """Sizes, lanes, points and the path between them; every number in SVG user units."""
+    lane_names = [None, *groups, *sorted({h.group for h in hops if h.group and h.group not in groups})]
+    lane_y = {name: TOP + LANE_HEIGHT // 2 + i * LANE_HEIGHT for i, name in enumerate(lane_names)}
+    width = LABEL_WIDTH + max(len(hops), 1) * STEP + 16
+    height = TOP + len(lane_names) * LANE_HEIGHT + BOTTOM
+    lanes = [{"name": name or BROKER_LANE, "label": _short(name or BROKER_LANE, MAX_LANE_LABEL), "y": lane_y[name],
+              "top": lane_y[name] - LANE_HEIGHT // 2, "group": name} for name in lane_names]
+    points, shown_date = [], None
+    for i, hop in enumerate(hops):
+        date, clock = _clock(hop.time_ms)
+        points.append({"x": LABEL_WIDTH + STEP // 2 + i * STEP, "y": lane_y[hop.group], "kind": hop.kind,
+                       "label": hop.label + (f" #{hop.attempt}" if hop.attempt else ""), "clock": clock,
+                       "date": date if date != shown_date else None, "time_ms": hop.time_ms, "group": hop.group,
+                       "detail": hop.detail, "derived": hop.derived, "offset_msg_id": hop.offset_msg_id})
+        shown_date = date
+    gaps = [{"x": (a["x"] + b["x"]) // 2, "y": (a["y"] + b["y"]) // 2 + 13,  # below the path, between two times
+             "ms": b["time_ms"] - a["time_ms"]} for a, b in zip(points, points[1:], strict=False)]
+    path = " ".join(f"{p['x']},{p['y']}" for p in points)
+    return {"width": width, "height": height, "label_width": LABEL_WIDTH, "radius": RADIUS, "lane_height": LANE_HEIGHT,
+            "lanes": lanes, "points": points, "gaps": gaps, "path": path}

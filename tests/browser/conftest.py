@@ -1,0 +1,90 @@
+"""Browser tests: the real `mqlens serve` on loopback, driven by Playwright through Debian's
+Chromium. One browser per test module; each test gets a fresh page.
+
+Screenshots land in a temporary folder; with MQLENS_SCREENSHOTS set to a folder (docs/screenshots
+when updating the user guide) they are written there instead."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.live_server import LiveServer
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+VIEWPORT = {"width": 1280, "height": 860}
+EXPECT_TIMEOUT_MS = 15_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    root = tmp_path_factory.mktemp("browser")
+    settings = {"flush": "sync", "commitlog_file_size": 1024 * 1024, "cq_file_size": 20 * 1024,
+                "index_slots": 512, "index_entries": 4096}
+    with LiveServer(root / "data", root / "server.log", settings) as live:
+        live.start()
+        yield live
+        live.stop()
+
+
+@pytest.fixture
+def page(browser, server: LiveServer) -> Iterator:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
+    context = browser.new_context(base_url=server.base_url, viewport=VIEWPORT)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    try:
+        yield page
+    finally:
+        context.close()
+    # A script error or a refused script or style (the CSP) is a defect of the page.
+    assert not [e for e in errors if "status of 4" not in e], errors
+
+
+@pytest.fixture
+def api(server: LiveServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.base_url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    chosen = os.environ.get("MQLENS_SCREENSHOTS")
+    folder = Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def save_screenshot(page, folder: Path, name: str) -> Path:
+    """A full-page PNG; checked to be a real picture, not an empty file."""
+    path = folder / f"{name}.png"
+    tmp = folder / f".{name}.tmp.png"
+    page.screenshot(path=str(tmp), full_page=True)
+    data = tmp.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000, f"screenshot {name} looks empty"
+    shutil.move(tmp, path)
+    return path
