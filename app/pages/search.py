@@ -4,6 +4,7 @@ window and page size; results page newest first with a cursor."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
@@ -19,20 +20,32 @@ from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MAX_QUERY_RESU
 router = APIRouter(include_in_schema=False)
 
 PAGE_MAX = 500
-CURSOR = re.compile(r"^(?P<ts>\d{1,19})-(?P<phys>\d{1,19})$")
+# Where the next page starts: below (store time, commit log offset) of the last message shown,
+# and how many messages of that same millisecond have been shown so far.
+CURSOR = re.compile(r"^(?P<ts>\d{1,19})-(?P<phys>\d{1,19})-(?P<shown>\d{1,5})$")
 
 
-def _cursor(text: str | None) -> tuple[int, int] | None:
+@dataclass(frozen=True)
+class Cursor:
+    store_timestamp: int
+    phys_offset: int
+    shown_in_ms: int
+
+    def __str__(self) -> str:
+        return f"{self.store_timestamp}-{self.phys_offset}-{self.shown_in_ms}"
+
+
+def _cursor(text: str | None) -> Cursor | None:
     if not text:
         return None
     match = CURSOR.match(text)
     if not match:
         raise InvalidRequestError(f"malformed cursor {text[:40]!r}: use the Next link of a results page")
-    return int(match["ts"]), int(match["phys"])
+    return Cursor(int(match["ts"]), int(match["phys"]), int(match["shown"]))
 
 
 def search_data(store, q: str | None, topic: str | None, begin: int | None, end: int | None, max_results: int,
-                cursor: tuple[int, int] | None) -> dict:
+                cursor: Cursor | None) -> dict:
     data: dict = {"q": q or "", "topic": topic or "", "begin": begin, "end": end, "max": max_results,
                   "messages": [], "truncated": False, "searched_topics": [], "recognised_as": None,
                   "next_cursor": None, "searched": False}
@@ -40,20 +53,25 @@ def search_data(store, q: str | None, topic: str | None, begin: int | None, end:
         return data
     window_end = end if end is not None else FAR_FUTURE_MS
     if cursor is not None:
-        window_end = min(window_end, cursor[0])
-    # Ask for a few more than a page: the cursor's millisecond may hold messages already shown.
-    ask = min(MAX_QUERY_RESULTS, max_results * 2 + 1) if cursor else max_results + 1
+        window_end = min(window_end, cursor.store_timestamp)
+    # One more than a page tells whether there is a next page; the window still holds the
+    # messages of the cursor's millisecond that were shown already.
+    ask = min(MAX_QUERY_RESULTS, max_results + 1 + (cursor.shown_in_ms if cursor else 0))
     found = lookup.search(store, q, topic or None, begin or 0, window_end, ask)
     messages = found.messages
     if cursor is not None:
-        messages = [m for m in messages if (m.store_timestamp, m.phys_offset) < cursor]
+        below = (cursor.store_timestamp, cursor.phys_offset)
+        messages = [m for m in messages if (m.store_timestamp, m.phys_offset) < below]
     more = len(messages) > max_results or (found.truncated and len(found.messages) >= ask and bool(messages))
     page = messages[:max_results]
     data.update(messages=[message_summary(m) for m in page], searched=True, recognised_as=found.recognised_as,
                 searched_topics=found.searched_topics, truncated=more)
     if more and page:
         last = page[-1]
-        data["next_cursor"] = f"{last.store_timestamp}-{last.phys_offset}"
+        shown = sum(1 for m in page if m.store_timestamp == last.store_timestamp)
+        if cursor is not None and cursor.store_timestamp == last.store_timestamp:
+            shown += cursor.shown_in_ms
+        data["next_cursor"] = str(Cursor(last.store_timestamp, last.phys_offset, shown))
     return data
 
 

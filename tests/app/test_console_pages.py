@@ -81,8 +81,8 @@ async def test_search_pages_with_a_cursor_and_says_when_a_page_is_not_everything
 
 
 async def test_same_millisecond_messages_are_neither_lost_nor_repeated_across_pages(api):
-    ids = [(await produce(api, keys=["same-ms"]))["offset_msg_id"] for _ in range(7)]
-    seen, url = [], "/search.json?q=same-ms&max=3"
+    ids = [(await produce(api, keys=["same-ms"]))["offset_msg_id"] for _ in range(11)]
+    seen, url = [], "/search.json?q=same-ms&max=2"
     while url:
         data = (await api.client.get(url)).json()
         seen += [m["offset_msg_id"] for m in data["messages"]]

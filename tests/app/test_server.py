@@ -61,3 +61,25 @@ def test_demo_workload_puts_messages_until_stopped(tmp_path: Path):
         demo.stop()  # stopping twice is harmless
         assert demo.sent == sent
     check_store(settings)
+
+
+def test_the_demo_consumer_acks_retries_and_dead_letters(tmp_path: Path):
+    from app.services.demo import DEMO_GROUP, POISON_EVERY
+    from store.clock import FakeClock
+    from store.topics import dlq_topic
+
+    clock = FakeClock()
+    settings = make_settings(tmp_path)
+    config = StoreConfig(geometry=settings.geometry(), flush="sync", schedule_interval_ms=0)
+    with MessageStore.open(settings.store_dir, config, clock=clock) as store:
+        demo = DemoWorkload(store)
+        store.metadata.update_group(DEMO_GROUP, max_reconsume_times=2)
+        for n in range(60):
+            demo.step(n)
+            clock.advance(5_000)  # past every retry backoff of the first levels within the run
+            store.revive_due()
+        assert demo.acked > 40 and demo.failed > 5
+        dead = store.topics().get(dlq_topic(DEMO_GROUP), [])
+        assert sum(hi - lo for _, lo, hi in dead) >= 1
+        poisoned = store.get_by_queue_offset(dlq_topic(DEMO_GROUP), 0, 0)
+        assert int(poisoned.keys[0].removeprefix("order-")) % POISON_EVERY == 0

@@ -112,3 +112,18 @@ def test_queue_browser_pages_and_jumps(page, api, screenshots):
     expect(page.locator("#rows a[rel=next]")).to_have_count(0)  # the last page: no Next link
     page.goto(f"/topics/Ledger/queues/0?offset=10&max={per_page}")
     save_screenshot(page, screenshots, "queue")
+
+
+def test_dashboard_updates_live_and_the_group_page_shows_dead_letters(page, api, screenshots):
+    dead_letter_once(api, "audit", "AuditLog", "audit-1")
+    page.goto("/")
+    dlq = page.get_by_test_id("dlq")
+    before = int(dlq.inner_text())
+    assert before >= 1
+    dead_letter_once(api, "audit", "AuditLog", "audit-2")
+    expect(dlq).to_have_text(str(before + 1))  # the cards refresh by themselves, no reload
+    save_screenshot(page, screenshots, "dashboard")
+    page.get_by_role("link", name="Groups", exact=True).click()
+    page.get_by_role("link", name="audit", exact=True).click()
+    expect(page.locator("main")).to_contain_text("%DLQ%audit")
+    save_screenshot(page, screenshots, "group")
