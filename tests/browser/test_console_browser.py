@@ -127,3 +127,21 @@ def test_dashboard_updates_live_and_the_group_page_shows_dead_letters(page, api,
     page.get_by_role("link", name="audit", exact=True).click()
     expect(page.locator("main")).to_contain_text("%DLQ%audit")
     save_screenshot(page, screenshots, "group")
+
+
+def test_pages_work_without_javascript(browser, server, api):
+    put = produce(api, "Plain", body="no script needed", keys=["plain-1"])
+    context = browser.new_context(base_url=server.base_url, java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto("/search")
+        page.get_by_label("Message id, unique key, key or").fill("plain-1")
+        page.get_by_role("button", name="Search").click()
+        expect(page).to_have_url("/search?q=plain-1&topic=&begin=&end=&max=32")
+        page.get_by_role("link", name=put["offset_msg_id"]).click()
+        page.get_by_role("link", name="base64", exact=True).click()
+        expect(page.locator('pre.body[data-view="base64"]')).to_have_text("bm8gc2NyaXB0IG5lZWRlZA==")
+        page.get_by_role("link", name="Retry timeline").click()
+        expect(page.locator("svg.timeline")).to_be_visible()
+    finally:
+        context.close()
