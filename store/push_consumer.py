@@ -107,11 +107,13 @@ class PushConsumer:
         key = msg.unique_key or msg.offset_msg_id
         shown_topic = msg.properties.get(topics.RETRY_TOPIC, msg.topic) if topics.is_retry_topic(topic) else topic
         now = self.store.clock.now_ms()
+        self.store.stats.count_delivered(1)
         self.store.trace([TraceEvent(TraceKind.DELIVERED, key, now, msg.topic, msg.queue_id, msg.queue_offset,
                                      msg.offset_msg_id, group=self.group, attempt=attempt)])
         reason = self._call(Delivery(msg, shown_topic, attempt))
         if reason is None:
             self._failures.pop(held, None)
+            self.store.stats.count_acked(1)
             self.store.trace([TraceEvent(TraceKind.ACKED, key, self.store.clock.now_ms(), msg.topic, msg.queue_id,
                                          msg.queue_offset, msg.offset_msg_id, group=self.group, attempt=attempt)])
             self._commit(topic, queue_id, msg.queue_offset + 1)

@@ -145,3 +145,9 @@ def test_pages_work_without_javascript(browser, server, api):
         expect(page.locator("svg.timeline")).to_be_visible()
     finally:
         context.close()
+
+
+def test_the_rest_reference_renders_offline(page):
+    page.goto("/docs")
+    expect(page.locator(".swagger-ui .title")).to_contain_text("mqlens")
+    expect(page.locator(".swagger-ui")).to_contain_text("/api/search")

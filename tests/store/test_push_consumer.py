@@ -88,6 +88,8 @@ def test_success_commits_and_never_redelivers(store, clock):
     assert sorted(seen) == [f"m{i}".encode() for i in range(6)]
     assert store.offsets.get("Orders", "G", 0) == 3 and store.offsets.get("Orders", "G", 1) == 3
     assert topics.retry_topic("G") not in store.topics()
+    counts = store.stats.snapshot()
+    assert (counts.put, counts.delivered, counts.acked) == (6, 6, 6)
 
 
 def test_tag_filter_skips_other_tags_and_moves_the_offset_past_them(store):
