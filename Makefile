@@ -10,6 +10,13 @@ DATA ?= ./data
 
 .PHONY: install run test bench lint build-deps system-deps clean
 
+# Ends a recipe that collected Debian package names in the shell variable `missing`: installs them, if any.
+APT_INSTALL_MISSING = if [ -n "$$missing" ]; then \
+	echo "installing:$$missing"; \
+	SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
 install: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py store/_recordio.c
@@ -26,11 +33,7 @@ build-deps:
 	test -f /usr/include/zlib.h || missing="$$missing zlib1g-dev"; \
 	$(PYTHON) -c "import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
 		|| missing="$$missing python3-dev"; \
-	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
-	fi
+	$(APT_INSTALL_MISSING)
 
 # Debian packages the browser, PostgreSQL and Spark tests need, installed only when missing.
 system-deps:
@@ -38,11 +41,7 @@ system-deps:
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
-	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
-	fi
+	$(APT_INSTALL_MISSING)
 
 run: install
 	$(BIN)/mqlens serve --data $(DATA) --host $(HOST) --port $(PORT) $(if $(DEMO),--demo,)

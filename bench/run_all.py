@@ -1,9 +1,11 @@
-"""Every benchmark with its defaults: `python -m bench.run_all` (what `make bench` runs).
+"""The store and scheduler benchmarks with their defaults: `python -m bench.run_all` (what
+`make bench` runs).
 
 Runs the store benchmark at 1,000,000 messages, three rounds (medians reported), then the
 scheduler lateness benchmark (100,000 pending messages, about a minute), and writes their
 sections of docs/performance.md (raw results in bench/results/, which git ignores). Extra
-arguments go to bench.store_bench.
+arguments go to bench.store_bench. The REST and console page benchmarks run on their own
+(`python -m bench.rest_throughput`, `python -m bench.page_latency`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from bench import scheduler_lateness, store_bench
-from bench.store_bench import REPO
+from bench.report import REPO
 
 
 def main(argv: list[str] | None = None) -> int:

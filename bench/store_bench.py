@@ -28,7 +28,6 @@ from bench import report, systems
 from bench.memory_warmup import warm_page_cache
 from bench.workload import DEFAULT_KEY_WINDOW, DEFAULT_SEED, GROUP_SIZE
 
-REPO = Path(__file__).resolve().parent.parent
 GB = 10**9
 BYTES_PER_MESSAGE_ON_DISK = 1400  # a 1 KiB body plus header, keys and index; SQLite and mqlens are close
 FIXED_DISK_BYTES = 2 * 1024**3  # a 1 GiB commit log segment and the 420 MB index file, allocated as written
@@ -193,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command_line(),
         "date": date,
         "elapsed_s": time.monotonic() - started,
-        "machine": report.machine_facts(REPO),
+        "machine": report.machine_facts(),
         "params": {"messages": args.messages, "batch": args.batch, "lookups": args.lookups,
                    "warmup": args.warmup, "single_messages": args.single_messages, "rounds": args.rounds,
                    "seed": args.seed, "key_window": args.key_window},
@@ -201,11 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "systems": {k: median_of([r[k] for r in per_round]) for k in per_round[0]},
         "rounds": per_round,
     }
-    section = report.render(results)
-    print(section)
-    if args.out:
-        report.write_section(args.out, section)
-        log(f"wrote the results section of {args.out}")
+    report.publish(report.render(results), args.out)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -154,22 +154,23 @@ def _fresh_dir(params: Params, name: str) -> Path:
     return d
 
 
-def _common(wl: Workload, mem_start: dict[str, Any]) -> dict[str, Any]:
-    return {"workload_fingerprint": wl.fingerprint(), "memory_start": mem_start, "pid": os.getpid()}
+def _finish(out: dict[str, Any], wl: Workload, mem_start: dict[str, Any], root: Path) -> dict[str, Any]:
+    """Complete a system's result with what every system reports, and delete its directory."""
+    out.update(workload_fingerprint=wl.fingerprint(), memory_start=mem_start, pid=os.getpid(), memory=memory_facts())
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def _lookup_targets(wl: Workload, params: Params) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Warm-up and timed message indices, then warm-up and timed key groups: the same in every system."""
+    return (wl.sample_indices(params.warmup, WARMUP_SALT), wl.sample_indices(params.lookups, SAMPLE_SALT),
+            wl.sample_groups(params.warmup, GROUP_WARMUP_SALT), wl.sample_groups(params.lookups, GROUP_SAMPLE_SALT))
 
 
 # -- mqlens ----------------------------------------------------------------------------------------
-def _wait_dispatched(store, timeout_s: float = 600.0) -> None:
-    """Dispatch is inline today; should it move to a background thread, wait until it completes."""
-    dispatcher = getattr(store, "dispatcher", None)
-    commitlog = getattr(store, "commitlog", None)
-    if dispatcher is None or commitlog is None or not hasattr(dispatcher, "dispatched_to"):
-        return
-    deadline = time.monotonic() + timeout_s
-    while dispatcher.dispatched_to < commitlog.end:
-        if time.monotonic() > deadline:
-            raise CheckError("dispatch did not complete")
-        time.sleep(0.0002)
+def _check_dispatched(store) -> None:
+    """Dispatch runs inside put_many, so the timed appends include it; make sure nothing is left."""
+    expect(store.dispatch_lag_bytes() == 0, "dispatch did not complete")
 
 
 def _check_message(wl: Workload, i: int, msg) -> None:
@@ -183,8 +184,7 @@ def run_mqlens(params: Params) -> dict[str, Any]:
 
     wl = Workload(params.messages, params.seed, params.key_window)
     mem_start = start_memory()
-    warm = wl.sample_indices(params.warmup, WARMUP_SALT)
-    sample = wl.sample_indices(params.lookups, SAMPLE_SALT)
+    warm, sample, gwarm, gsample = _lookup_targets(wl, params)
     wanted = set(warm) | set(sample)
     offset_ids: dict[int, str] = {}
     root = _fresh_dir(params, "mqlens")
@@ -212,7 +212,7 @@ def run_mqlens(params: Params) -> dict[str, Any]:
                            f"messages")
                     offset_ids[f.index] = r.offset_msg_id
         t0 = clock()
-        _wait_dispatched(store)
+        _check_dispatched(store)
         store.flush()
         flush_s = clock() - t0
         wall_s = clock() - wall0
@@ -254,8 +254,6 @@ def run_mqlens(params: Params) -> dict[str, Any]:
             expect(len(found) == GROUP_SIZE, f"key group {g}: {len(found)} hits")
             expect(sorted(found) == sorted(wl.unique_key(i) for i in got), f"key group {g}: wrong hits")
 
-        gwarm = wl.sample_groups(params.warmup, GROUP_WARMUP_SALT)
-        gsample = wl.sample_groups(params.lookups, GROUP_SAMPLE_SALT)
         lookups = {
             "offset_id": time_lookups(sample, warm, by_offset_id, check_one),
             "unique_key": time_lookups(sample, warm, by_unique_key, check_unique),
@@ -264,11 +262,8 @@ def run_mqlens(params: Params) -> dict[str, Any]:
         }
     finally:
         store.close()
-    out = {"system": "mqlens", "append": append, "lookups": lookups, "disk": disk_usage(root)}
-    out.update(_common(wl, mem_start))
-    out["memory"] = memory_facts()
-    shutil.rmtree(root, ignore_errors=True)
-    return out
+    return _finish({"system": "mqlens", "append": append, "lookups": lookups, "disk": disk_usage(root)},
+                   wl, mem_start, root)
 
 
 def run_mqlens_single(params: Params) -> dict[str, Any]:
@@ -291,20 +286,16 @@ def run_mqlens_single(params: Params) -> dict[str, Any]:
                 put(m)
             put_s += clock() - t0
         t0 = clock()
-        _wait_dispatched(store)
+        _check_dispatched(store)
         store.flush()
         flush_s = clock() - t0
     finally:
         store.close()
-    out = {
+    return _finish({
         "system": "mqlens-single",
         "append": {"messages": n, "batch": 1, "put_s": put_s, "flush_s": flush_s, "seconds": put_s + flush_s,
                    "msgs_per_s": n / (put_s + flush_s)},
-    }
-    out.update(_common(wl, mem_start))
-    out["memory"] = memory_facts()
-    shutil.rmtree(root, ignore_errors=True)
-    return out
+    }, wl, mem_start, root)
 
 
 # -- plain buffered file write -------------------------------------------------------------------
@@ -345,16 +336,12 @@ def run_file(params: Params, total_bytes: int) -> dict[str, Any]:
         flush_s = clock() - t0
     expect(written == total_bytes, f"wrote {written} bytes, wanted {total_bytes}")
     seconds = write_s + flush_s
-    out_ = {
+    return _finish({
         "system": "file",
         "append": {"messages": params.messages, "write_s": write_s, "flush_s": flush_s, "seconds": seconds,
                    "msgs_per_s": params.messages / seconds, "bytes": written, "mb_per_s": written / seconds / 1e6},
         "disk": disk_usage(root),
-    }
-    out_.update(_common(wl, mem_start))
-    out_["memory"] = memory_facts()
-    shutil.rmtree(root, ignore_errors=True)
-    return out_
+    }, wl, mem_start, root)
 
 
 # -- SQLite ---------------------------------------------------------------------------------------
@@ -435,10 +422,7 @@ def run_sqlite(params: Params) -> dict[str, Any]:
             want = sorted(wl.unique_key(i) for i in wl.group_members(g))
             expect(sorted(r[6] for r in rows) == want, f"key group {g}: wrong rows")
 
-        warm = wl.sample_indices(params.warmup, WARMUP_SALT)
-        sample = wl.sample_indices(params.lookups, SAMPLE_SALT)
-        gwarm = wl.sample_groups(params.warmup, GROUP_WARMUP_SALT)
-        gsample = wl.sample_groups(params.lookups, GROUP_SAMPLE_SALT)
+        warm, sample, gwarm, gsample = _lookup_targets(wl, params)
         lookups = {
             "rowid": time_lookups(sample, warm, by_rowid, check_row),
             "unique_key": time_lookups(sample, warm, by_unique_key, check_unique),
@@ -446,9 +430,5 @@ def run_sqlite(params: Params) -> dict[str, Any]:
         }
     finally:
         conn.close()
-    out = {"system": "sqlite", "sqlite_version": sqlite3.sqlite_version, "append": append, "lookups": lookups,
-           "query_plans": plans, "disk": disk_usage(root)}
-    out.update(_common(wl, mem_start))
-    out["memory"] = memory_facts()
-    shutil.rmtree(root, ignore_errors=True)
-    return out
+    return _finish({"system": "sqlite", "sqlite_version": sqlite3.sqlite_version, "append": append,
+                    "lookups": lookups, "query_plans": plans, "disk": disk_usage(root)}, wl, mem_start, root)

@@ -5,7 +5,6 @@ document.addEventListener("click", async (event) => {
   const label = button.textContent;
   try {
     await navigator.clipboard.writeText(button.dataset.copy);
-    button.textContent = "Copied";
   } catch (err) {
     const field = document.createElement("textarea");
     field.value = button.dataset.copy;
@@ -13,8 +12,8 @@ document.addEventListener("click", async (event) => {
     field.select();
     document.execCommand("copy");
     field.remove();
-    button.textContent = "Copied";
   }
+  button.textContent = "Copied";
   setTimeout(() => { button.textContent = label; }, 1500);
 });
 

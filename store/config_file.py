@@ -110,6 +110,8 @@ class StateFile:
     """A config file of in-memory state: changed under `lock`, written by `persist` when
     something changed, one writer at a time so an older state never overwrites a newer one."""
 
+    compact = False  # no indentation: for large files, where it costs more than it helps a reader
+
     def __init__(self, path: Path):
         self.path = path
         self.lock = threading.Lock()
@@ -121,8 +123,12 @@ class StateFile:
         self._changed = True
 
     def content_json(self) -> dict:
-        """The whole file to write (called with `lock` held)."""
+        """The whole file to write, or a capture cheaper to take that `to_json` makes into it
+        (called with `lock` held)."""
         raise NotImplementedError
+
+    def to_json(self, content) -> dict:
+        return content
 
     def snapshot(self) -> dict | None:
         """The content to write as of now, None when nothing changed since the last snapshot.
@@ -141,7 +147,7 @@ class StateFile:
         if content is None:
             return
         try:
-            write_config(self.path, content)
+            write_config(self.path, self.to_json(content), compact=self.compact)
         except BaseException:
             with self.lock:
                 self._changed = True

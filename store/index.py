@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from store.errors import ReadOnlyStoreError
-from store.javahash import index_key_hash, index_key_hashes
+from store.javahash import index_key_hash
 from store.layouts import INDEX_ENTRY, INDEX_ENTRY_FIELDS, INDEX_HEADER, INDEX_SLOT, field_offset
 from store.mapped_file import MappedFile
 from store.paths import index_name_for, is_index_name
@@ -142,7 +142,7 @@ class IndexService:
 
     def put_keys(self, topic: str, keys: list[str], phys: int, store_timestamp: int) -> None:
         """Index one record under topic#key for each key (IndexService.buildIndex)."""
-        self.put_hashes(index_key_hashes([index_key(topic, key) for key in keys]),
+        self.put_hashes(np.array([index_key_hash(index_key(topic, key)) for key in keys], dtype=np.int64),
                         np.full(len(keys), phys, dtype=np.int64), np.full(len(keys), store_timestamp, dtype=np.int64))
 
     def put_hashes(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> None:

@@ -24,7 +24,6 @@ RECORD_HEAD_FIELDS = (
 RECORD_HEAD = struct.Struct(">" + "".join(code for _, code in RECORD_HEAD_FIELDS))
 # The head fields dispatch needs: TOTALSIZE .. SYSFLAG (see RECORD_HEAD).
 DISPATCH_HEAD = struct.Struct(">ii4xi4xqqi")  # total, magic, (crc), queue id, (flag), queue offset, phys, sysflag
-BORN_TIMESTAMP_LEN = 8
 # After the born host: STORETIMESTAMP. After the store host: the tail below.
 STORE_TIMESTAMP = struct.Struct(">q")
 RECORD_TAIL_FIELDS = (

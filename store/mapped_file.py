@@ -14,26 +14,59 @@ from store.errors import CorruptRecordError, DiskFullError
 PAGE = mmap.PAGESIZE
 
 
+def _reserve(fd: int, size: int) -> None:
+    try:
+        if size:
+            os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        os.ftruncate(fd, size)  # the file system cannot reserve blocks: sparse, as RocketMQ's
+
+
+def _open_unnamed(directory: Path) -> int | None:
+    """An unnamed file in `directory` (O_TMPFILE), or None where the file system has none."""
+    if not hasattr(os, "O_TMPFILE"):
+        return None
+    try:
+        return os.open(directory, os.O_RDWR | os.O_TMPFILE, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            return None
+        raise
+
+
+def _give_name(fd: int, path: Path) -> None:
+    """Link an unnamed file into its directory (linkat through /proc with AT_SYMLINK_FOLLOW:
+    a directory descriptor makes Python call linkat rather than link)."""
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.link(f"/proc/self/fd/{fd}", path.name, dst_dir_fd=directory, follow_symlinks=True)
+    finally:
+        os.close(directory)
+
+
 def _create_allocated(path: Path, size: int) -> None:
     """Create the file with its blocks reserved, so a full disk fails here, cleanly, and never
-    later as a fault on a write through the mapping."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    later as a fault on a write through the mapping. The file gets its name only once it has its
+    full size, so a crash while creating it leaves no short file behind to refuse the next open."""
+    fd = _open_unnamed(path.parent)
+    named = fd is None
+    if named:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        try:
-            if size:
-                os.posix_fallocate(fd, 0, size)
-        except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                raise
-            os.ftruncate(fd, size)  # the file system cannot reserve blocks: sparse, as RocketMQ's
+        _reserve(fd, size)
+        if not named:
+            _give_name(fd, path)
     except OSError as exc:
-        os.close(fd)
-        path.unlink(missing_ok=True)
+        if named:
+            path.unlink(missing_ok=True)
         if exc.errno == errno.ENOSPC:
             raise DiskFullError(f"no space left for {path.name} ({size} bytes): writes are refused, "
                                 "reads go on") from None
         raise
-    os.close(fd)
+    finally:
+        os.close(fd)
 
 
 class MappedFile:

@@ -43,7 +43,7 @@ from store.paths import LOCK_CONTENT, StorePaths
 from store.pop import PopService, Received
 from store.pull import SCAN_LIMIT_FACTOR, PullResult, TagFilter, check_consumable, check_pull_size
 from store.receipt import ReceiptHandleError
-from store.record_builder import NewMessage, RecordBuilder
+from store.record_builder import NewMessage, RecordBuilder, is_valid_key
 from store.recordio import assign_queue_offsets, put_results
 from store.retention import DEFAULT_RESERVED_HOURS, HOUR_MS, Expiry, RetentionPass, expired_until, expiry_of
 from store.retry import SendBack, route_send_back
@@ -408,15 +408,15 @@ class MessageStore:
                 self._write_trace(self.clock.now_ms())
                 files = self.commitlog.dirty_files() + self.queues.dirty_files() + self.index.dirty_files()
                 ts = self.dispatcher.last_store_timestamp
-                pop_state = self.pop.snapshot()  # before the syncs: it names only messages they make durable
-                progress = [(service, service.snapshot()) for service in (self.scheduler, self.timer)]  # the same
+                # before the syncs: the states name only messages the syncs make durable
+                states = [(state_file, state_file.snapshot())
+                          for state_file in (self.scheduler, self.timer, self.pop.state_file)]
             for f in files:
                 f.sync()
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
             self.offsets.persist()
-            for service, state in progress:
-                service.write_snapshot(state)
-            self.pop.persist(pop_state)
+            for state_file, state in states:
+                state_file.write_snapshot(state)
 
     def close(self) -> None:
         if self._closed:
@@ -804,8 +804,8 @@ class MessageStore:
                 self._write_trace(self.clock.now_ms())
         events = self._trace_events(id_or_key, max_events)
         keys = {e.unique_key for e in events}
-        if len(keys) == 1 and id_or_key not in keys:
-            events = self._trace_events(keys.pop(), max_events)
+        if len(keys) == 1 and id_or_key not in keys and is_valid_key(unique_key := keys.pop()):
+            events = self._trace_events(unique_key, max_events)
         return events
 
     def _trace_events(self, key: str, max_events: int) -> list[TraceEvent]:

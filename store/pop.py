@@ -51,7 +51,7 @@ from store.codec import StoredMessage
 from store.consume_queue import ConsumeQueue, QueueUnit
 from store.errors import StoreError
 from store.metadata import GroupConfig, TopicConfig
-from store.pop_state import InFlight, PopState, Subscription, load_state, save_state
+from store.pop_state import InFlight, PopState, PopStateFile, Subscription, load_state
 from store.pull import NotReadableError, TagFilter, check_consumable
 from store.receipt import ReceiptHandleError, decode_handle, new_handle
 from store.retry import retry_delay_level, with_retry_origin
@@ -120,7 +120,7 @@ class PopService:
     def __init__(self, store: MessageStore):
         self._store = store
         self.state: PopState = load_state(store.paths.config, self._queue_bounds, self._unit_phys)
-        self._changed = False
+        self.state_file = PopStateFile(store.paths.config, self.state, store._lock)
         self._retired: OrderedDict[str, str] = OrderedDict()  # old handle -> why it is refused
         # Nonces only tell deliveries apart (handles are checked against the table), so one seed
         # from the OS will do: a system call per handle costs more than the rest of a receive.
@@ -183,7 +183,7 @@ class PopService:
             taken.append((entry, msg))
         received = [self._hand_out(sub, entry, msg, now, invisible_ms) for entry, msg in taken]
         if received or touched or events:
-            self._changed = True
+            self.state_file.mark_changed()
         self._commit(sub, touched | {r.message.queue_id for r in received})
         if self._tracing(sub):
             events += [TraceEvent(TraceKind.DELIVERED, entry.unique_key, now, topic, entry.queue_id,
@@ -262,7 +262,7 @@ class PopService:
         cursor = max(cursor or 0, cq.min_offset)
         if sub.cursors.get(queue_id) != cursor:
             sub.cursors[queue_id] = cursor
-            self._changed = True
+            self.state_file.mark_changed()
         return cursor
 
     def _hand_out(self, sub: Subscription, entry: InFlight, msg: StoredMessage, now: int,
@@ -315,7 +315,7 @@ class PopService:
                                              entry.queue_offset, entry.offset_msg_id, group=group,
                                              attempt=entry.attempt))
             for sub, queue_ids in touched.values():
-                self._changed = True
+                self.state_file.mark_changed()
                 self._commit(sub, queue_ids)
             store._trace(events, now)
             return outcomes
@@ -330,7 +330,7 @@ class PopService:
             events: list[TraceEvent] = []
             self._retire(receipt_handle, "receipt handle no longer valid: the message was already nacked")
             self._fail(sub, entry, now, reason, store.metadata.group(group), now, events, timed_out=False)
-            self._changed = True
+            self.state_file.mark_changed()
             self._commit(sub, {entry.queue_id})
             store._trace(events, now)
 
@@ -343,7 +343,7 @@ class PopService:
             now = store.clock.now_ms()
             sub, entry = self._current(group, receipt_handle, now)
             self._retire(receipt_handle, "stale receipt handle: change_invisible replaced it with a new one")
-            self._changed = True
+            self.state_file.mark_changed()
             return self._issue_handle(sub, entry, now, invisible_ms)
 
     def _current(self, group: str, text: str, now: int) -> tuple[Subscription, InFlight]:
@@ -392,7 +392,7 @@ class PopService:
                 expired += self._expire(sub, now, store.metadata.group(sub.group), events, touched)
                 self._commit(sub, touched)
             if expired:
-                self._changed = True
+                self.state_file.mark_changed()
             store._trace(events, now)
             return expired
 
@@ -447,7 +447,7 @@ class PopService:
                                      attempt=entry.attempt, reconsume_times=entry.attempt, reason=why))
         return True
 
-    # -- offsets, trace and persistence ------------------------------------------------------
+    # -- offsets and trace -------------------------------------------------------------------
     def _commit(self, sub: Subscription, queue_ids: set[int]) -> None:
         """Keep the group's consumer offset of each queue at its lowest offset not yet done."""
         for queue_id in queue_ids:
@@ -458,19 +458,3 @@ class PopService:
 
     def _tracing(self, sub: Subscription) -> bool:
         return self._store.config.trace and sub.topic != topics.TRACE_TOPIC
-
-    def snapshot(self) -> list[tuple] | None:
-        """The state to save, or None when nothing changed since the last snapshot (store lock held)."""
-        if not self._changed:
-            return None
-        self._changed = False
-        return self.state.capture()
-
-    def persist(self, snapshot: list[tuple] | None) -> None:
-        if snapshot is None:
-            return
-        try:
-            save_state(self._store.paths.config, snapshot)
-        except BaseException:
-            self._changed = True
-            raise

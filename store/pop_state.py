@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.config_file import read_config, write_config
+from store.config_file import StateFile, read_config
 from store.errors import StoreError
 
 STATE_FILE = "popState.json"
@@ -237,5 +238,19 @@ def load_state(config_dir: Path, queue_bounds: Callable[[str, int], tuple[int, i
     return state
 
 
-def save_state(config_dir: Path, captured: list[tuple]) -> None:
-    write_config(Path(config_dir) / STATE_FILE, state_json(captured), compact=True)
+class PopStateFile(StateFile):
+    """config/popState.json. Its `lock` is the store lock the state is changed under; a snapshot
+    is the cheap capture, made JSON when written."""
+
+    compact = True
+
+    def __init__(self, config_dir: Path, state: PopState, store_lock: threading.RLock):
+        super().__init__(Path(config_dir) / STATE_FILE)
+        self.lock = store_lock
+        self.state = state
+
+    def content_json(self) -> list[tuple]:
+        return self.state.capture()
+
+    def to_json(self, captured: list[tuple]) -> dict:
+        return state_json(captured)

@@ -104,31 +104,24 @@ class PushConsumer:
         """Hand one message to the listener; False when the queue must stop at it."""
         held = (topic, queue_id, msg.queue_offset)
         attempt = self._failures.get(held, msg.reconsume_times) + 1
-        key = msg.unique_key or msg.offset_msg_id
         shown_topic = msg.properties.get(topics.RETRY_TOPIC, msg.topic) if topics.is_retry_topic(topic) else topic
         now = self.store.clock.now_ms()
         self.store.stats.count_delivered(1)
-        self.store.trace([TraceEvent(TraceKind.DELIVERED, key, now, msg.topic, msg.queue_id, msg.queue_offset,
-                                     msg.offset_msg_id, group=self.group, attempt=attempt)])
+        self._trace(TraceKind.DELIVERED, msg, attempt, now)
         reason = self._call(Delivery(msg, shown_topic, attempt))
         if reason is None:
             self._failures.pop(held, None)
             self.store.stats.count_acked(1)
-            self.store.trace([TraceEvent(TraceKind.ACKED, key, self.store.clock.now_ms(), msg.topic, msg.queue_id,
-                                         msg.queue_offset, msg.offset_msg_id, group=self.group, attempt=attempt)])
+            self._trace(TraceKind.ACKED, msg, attempt, self.store.clock.now_ms())
             self._commit(topic, queue_id, msg.queue_offset + 1)
             return True
         if self.broadcast:
-            self.store.trace([TraceEvent(TraceKind.FAILED, key, now, msg.topic, msg.queue_id, msg.queue_offset,
-                                         msg.offset_msg_id, group=self.group, attempt=attempt,
-                                         reason=f"{reason} (broadcast consumers do not retry)")])
+            self._trace(TraceKind.FAILED, msg, attempt, now, reason=f"{reason} (broadcast consumers do not retry)")
         elif self.orderly:
             if attempt <= self.max_reconsume_times:
                 self._failures[held] = attempt
                 self._suspended_until[(topic, queue_id)] = now + self.suspend_ms
-                self.store.trace([TraceEvent(TraceKind.FAILED, key, now, msg.topic, msg.queue_id, msg.queue_offset,
-                                             msg.offset_msg_id, group=self.group, attempt=attempt, reason=reason,
-                                             due_ms=now + self.suspend_ms)])
+                self._trace(TraceKind.FAILED, msg, attempt, now, reason=reason, due_ms=now + self.suspend_ms)
                 return False
             self._failures.pop(held, None)
             self._send_back(msg, reason, delay_level=-1, reconsume_times=attempt - 1)
@@ -136,6 +129,11 @@ class PushConsumer:
             self._send_back(msg, reason)
         self._commit(topic, queue_id, msg.queue_offset + 1)
         return True
+
+    def _trace(self, kind: TraceKind, msg: StoredMessage, attempt: int, at_ms: int, **details) -> None:
+        self.store.trace([TraceEvent(kind, msg.unique_key or msg.offset_msg_id, at_ms, msg.topic, msg.queue_id,
+                                     msg.queue_offset, msg.offset_msg_id, group=self.group, attempt=attempt,
+                                     **details)])
 
     def _send_back(self, msg: StoredMessage, reason: str, **route) -> None:
         with contextlib.suppress(MessageNotFoundError):  # the record expired under us: nothing to retry

@@ -37,6 +37,11 @@ INT64_MAX = 2**63 - 1
 FAST_PATH_PROPERTIES = (topics.KEYS, topics.UNIQ_KEY, topics.TAGS, topics.CLUSTER)
 
 
+def is_valid_key(key: str) -> bool:
+    """A key KEYS can hold: KEYS is the keys joined by spaces."""
+    return bool(key) and " " not in key
+
+
 @dataclass
 class NewMessage:
     """A message handed to `put`, as a producer sends it."""
@@ -165,11 +170,10 @@ class RecordBuilder:
         if keys:
             if isinstance(keys, str) or not all(type(k) is str for k in keys):
                 raise InvalidMessageError("keys must be a list of strings")
-            joined = " ".join(keys)
-            if "" in keys or joined.count(" ") != len(keys) - 1:
-                bad = next(k for k in keys if not k or " " in k)
+            bad = next((k for k in keys if not is_valid_key(k)), None)
+            if bad is not None:
                 raise InvalidMessageError(f"invalid key {bad!r}: keys are non-empty and have no spaces")
-            props[topics.KEYS] = joined
+            props[topics.KEYS] = " ".join(keys)
         unique_key = m.unique_key or props.get(topics.UNIQ_KEY) or self.unique_keys.create()
         if type(unique_key) is not str:
             raise InvalidMessageError("the unique key must be a string")

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from store import topics
 from store.codec import StoredMessage
-from store.record_builder import NewMessage
+from store.record_builder import NewMessage, is_valid_key
 
 
 class TraceKind(StrEnum):
@@ -60,10 +60,9 @@ _FIELD_NAMES = tuple(f.name for f in fields(TraceEvent))
 
 
 def trace_message(event: TraceEvent) -> NewMessage:
-    """The trace record of `event`: JSON body, the event kind as its tag, keyed for lookup."""
-    keys = [event.unique_key]
-    if event.offset_msg_id and event.offset_msg_id != event.unique_key:
-        keys.append(event.offset_msg_id)
+    """The trace record of `event`: JSON body, the event kind as its tag, keyed for lookup (by the
+    ids an index can be asked for: a client may have set a unique key with spaces)."""
+    keys = [key for key in dict.fromkeys((event.unique_key, event.offset_msg_id)) if key and is_valid_key(key)]
     body = json.dumps(event.to_json(), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return NewMessage(topic=topics.TRACE_TOPIC, body=body, tags=event.kind.value, keys=keys)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import stat
@@ -13,6 +14,9 @@ from store.geometry import StoreGeometry
 
 GOLDEN_DIR = Path(__file__).resolve().parents[2] / "shared" / "golden" / "rocketmq-4.9.8-store"
 GOLDEN_GEOMETRY = StoreGeometry(commitlog_file_size=32768, cq_file_size=80, index_slots=64, index_entries=64)
+# The same geometry as the flags of `mqlens` commands.
+GOLDEN_GEOMETRY_FLAGS = tuple(arg for name, value in dataclasses.asdict(GOLDEN_GEOMETRY).items()
+                              for arg in (f"--{name.replace('_', '-')}", str(value)))
 
 
 def _require_golden() -> Path:

@@ -1,5 +1,5 @@
-"""The real server for tests: `mqlens serve` in a subprocess on a loopback port, started, checked
-and stopped with explicit conditions and deadlines."""
+"""The real server for tests and benchmarks: `mqlens serve` in a subprocess on a loopback port,
+started, checked and stopped with explicit conditions and deadlines."""
 
 from __future__ import annotations
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 
 from app.deps import StoreDep
 from app.pages import RendererDep
+from app.pages.topics import topic_url
 from app.services.group_status import group_detail, group_rows
 
 router = APIRouter(include_in_schema=False)
@@ -23,5 +24,5 @@ def group_page(group: str, request: Request, store: StoreDep, renderer: Renderer
     data = group_detail(store, group, request.app.state.clock.now_ms())
     dlq = data["dead_letters"]["topic"]
     links = {"dlq_search_url": "/search?" + urlencode({"topic": dlq}),
-             "dlq_topic_url": f"/topics/{quote(dlq, safe='')}" if data["dead_letters"]["queues"] else None}
+             "dlq_topic_url": topic_url(dlq) if data["dead_letters"]["queues"] else None}
     return renderer.page(request, "groups/group.html", {"nav": "groups", "group": data, **links})

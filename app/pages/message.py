@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Literal
+from typing import Literal, get_args
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -14,17 +14,16 @@ from app.deps import StoreDep
 from app.pages import RendererDep
 from app.presenters import message_dict, message_summary
 from app.services import lookup
-from app.services.errors import InvalidRequestError, NotFoundError
-from store import topics
+from app.services.errors import InvalidRequestError
 from store.codec import StoredMessage
-from store.message_store import MAX_QUERY_RESULTS, MessageStore
+from store.message_store import MessageStore
 
 router = APIRouter(include_in_schema=False)
 
 PREVIEW_BYTES = 64 * 1024  # bodies beyond this are previewed, the whole body is a download
 HEX_PREVIEW_BYTES = 4 * 1024
 BodyView = Literal["text", "json", "hex", "base64"]
-VIEWS: tuple[BodyView, ...] = ("text", "json", "hex", "base64")
+VIEWS: tuple[BodyView, ...] = get_args(BodyView)
 
 
 def hex_dump(data: bytes) -> str:
@@ -68,22 +67,9 @@ def body_views(body: bytes) -> dict:
 
 
 def other_copies(store: MessageStore, msg: StoredMessage) -> list[dict]:
-    """Every other copy of the message: same unique key in any topic, and the copy its
-    ORIGIN_MESSAGE_ID names; oldest first."""
-    copies: dict[int, StoredMessage] = {}
-    if msg.unique_key:
-        for copy in lookup.by_unique_key(store, msg.unique_key, max_results=MAX_QUERY_RESULTS).messages:
-            copies[copy.phys_offset] = copy
-    origin_id = msg.properties.get(topics.ORIGIN_MESSAGE_ID)
-    if origin_id:
-        try:
-            origin = lookup.by_offset_id(store, origin_id)
-            copies[origin.phys_offset] = origin
-        except (InvalidRequestError, NotFoundError):  # expired, or on another broker: not linked
-            pass
-    copies.pop(msg.phys_offset, None)
-    ordered = sorted(copies.values(), key=lambda m: (m.store_timestamp, m.phys_offset))
-    return [message_summary(m) for m in ordered]
+    """Every other copy of the message (see lookup.all_copies), oldest first."""
+    copies = lookup.all_copies(store, [msg.unique_key] if msg.unique_key else [], msg)
+    return [message_summary(m) for m in copies if m.phys_offset != msg.phys_offset]
 
 
 def message_data(store: MessageStore, offset_msg_id: str) -> dict:
@@ -117,5 +103,4 @@ def message_body(offset_msg_id: str, store: StoreDep) -> Response:
     """The whole body, as stored (decompressed), for download."""
     msg = lookup.by_offset_id(store, offset_msg_id)
     return Response(msg.body, media_type="application/octet-stream",
-                    headers={"Content-Disposition": f'attachment; filename="{msg.offset_msg_id}.bin"',
-                             "X-Content-Type-Options": "nosniff"})
+                    headers={"Content-Disposition": f'attachment; filename="{msg.offset_msg_id}.bin"'})

@@ -85,12 +85,9 @@ def search_page(request: Request, store: StoreDep, renderer: RendererDep, q: str
         raise InvalidRequestError("the time window ends before it begins")
     max_results = optional_int(max, "max", low=1, high=PAGE_MAX) or DEFAULT_QUERY_MAX
     data = search_data(store, q, (topic or "").strip() or None, begin_ms, end_ms, max_results, _cursor(cursor))
-    if data["next_cursor"]:
-        params = {k: v for k, v in request.query_params.items() if k != "cursor"}
-        data["next_url"] = "/search?" + urlencode({**params, "cursor": data["next_cursor"]})
-    else:
-        data["next_url"] = None
-    data["first_url"] = ("/search?" + urlencode({k: v for k, v in request.query_params.items() if k != "cursor"})
-                         if cursor else None)
+    params = {k: v for k, v in request.query_params.items() if k != "cursor"}
+    next_cursor = data["next_cursor"]
+    data["next_url"] = "/search?" + urlencode({**params, "cursor": next_cursor}) if next_cursor else None
+    data["first_url"] = "/search?" + urlencode(params) if cursor else None
     form = {"begin": as_form_time(begin_ms), "end": as_form_time(end_ms)}
     return renderer.page(request, "search/search.html", {**data, "nav": "search", "form": form}, fragment="results")

@@ -27,5 +27,5 @@ def get_group(group: str, store: StoreDep) -> GroupResponse:
 @router.put("/api/groups/{group}", response_model=GroupResponse, responses=error_responses(400, 422))
 def put_group(group: str, update: GroupUpdate, store: StoreDep) -> GroupResponse:
     """Create a group or change its settings (unset fields keep their value; bad values: 400)."""
-    view, _ = groups.put_group(store, group, **update.model_dump())
+    view = groups.put_group(store, group, **update.model_dump())
     return GroupResponse(group=GroupOut.model_validate(view, from_attributes=True))

@@ -90,6 +90,19 @@ def perform(sessions: sessionmaker[Session], clock: Clock, *, actor: str, action
     return ActionResult(entry_id, decided, False)
 
 
-def pending(session: Session, action: str) -> list[AuditEntry]:
-    return list(session.scalars(select(AuditEntry).where(AuditEntry.action == action, AuditEntry.outcome == PENDING)
-                                .order_by(AuditEntry.id)))
+# (outcome, outcome detail, facts that join the recorded result or None), for one pending entry and its detail
+Settlement = tuple[str, str, dict | None]
+
+
+def settle_pending(session: Session, action: str, settle: Callable[[AuditEntry, dict], Settlement]) -> list[str]:
+    """At start-up: give each entry of `action` a crash left pending the outcome settle(entry,
+    detail) decides. Returns what was done, for the log."""
+    done: list[str] = []
+    for entry in session.scalars(select(AuditEntry).where(AuditEntry.action == action, AuditEntry.outcome == PENDING)
+                                 .order_by(AuditEntry.id)).all():
+        detail = json.loads(entry.detail)
+        entry.outcome, entry.outcome_detail, found = settle(entry, detail)
+        if found:
+            entry.detail = json.dumps({**detail, "result": {**detail.get("result", {}), **found}})
+        done.append(f"audit entry {entry.id} settled: {entry.outcome}")
+    return done

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.models import ConfigVersion
+from app.models import AuditEntry, ConfigVersion
 from app.services import audit
 from app.services.errors import InvalidRequestError
 from store.clock import Clock
@@ -89,17 +88,17 @@ def reconcile_delay_levels(store: MessageStore, sessions: sessionmaker[Session])
         if newest is not None and store.delay_levels.spec != newest.value:
             store.set_delay_levels(newest.value)
             done.append(f"delay level table version {newest.version} applied to the store")
-        for entry in audit.pending(s, SET_DELAY_LEVELS):
-            version = json.loads(entry.detail).get("result", {}).get("version")
+
+        def settle(entry: AuditEntry, detail: dict) -> audit.Settlement:
+            version = detail.get("result", {}).get("version")
             recorded = version is not None and s.scalar(
                 select(func.count()).select_from(ConfigVersion)
                 .where(ConfigVersion.kind == DELAY_LEVELS, ConfigVersion.version == version))
             if not recorded:
-                entry.outcome, entry.outcome_detail = audit.FAILED, "interrupted before it was recorded"
-            elif newest is not None and version == newest.version:
-                entry.outcome, entry.outcome_detail = audit.OK, "completed at start-up"
-            else:
-                entry.outcome = audit.FAILED
-                entry.outcome_detail = f"interrupted; version {newest.version if newest else '?'} replaced it"
-            done.append(f"audit entry {entry.id} settled: {entry.outcome}")
+                return audit.FAILED, "interrupted before it was recorded", None
+            if newest is not None and version == newest.version:
+                return audit.OK, "completed at start-up", None
+            return audit.FAILED, f"interrupted; version {newest.version if newest else '?'} replaced it", None
+
+        done += audit.settle_pending(s, SET_DELAY_LEVELS, settle)
     return done

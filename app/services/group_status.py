@@ -153,7 +153,7 @@ def group_detail(store: MessageStore, group: str, now_ms: int) -> dict:
     if not backlog and group not in known_groups(store, bounds):
         raise NotFoundError(f"no group {group}: it has no settings, committed offsets, retries, retry or "
                             "dead-letter topic")
-    offsets = committed_offsets(store).get(group, {})
+    offsets = store.offsets.of_group(group)
     queue_lags = lags(offsets, bounds)
     return {
         "name": group,

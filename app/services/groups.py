@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from store.message_store import MessageStore
-from store.metadata import GroupConfig, checked_group
+from store.metadata import GroupConfig
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,7 @@ def get_group(store: MessageStore, name: str) -> GroupView:
     return _view(config, any(g.name == name for g in store.metadata.groups()))
 
 
-def put_group(store: MessageStore, name: str, **changes) -> tuple[GroupView, bool]:
-    """Create or change a group: unset (None) settings keep their value; (the group, whether it was created)."""
-    created = not any(g.name == name for g in store.metadata.groups())
-    current = store.metadata.group(name)
-    wanted = {k: v for k, v in changes.items() if v is not None}
-    unknown = wanted.keys() - {"max_reconsume_times", "consume_mode", "message_model", "retry_queues",
-                               "consume_enable"}
-    if unknown:
-        raise TypeError(f"unknown group settings: {sorted(unknown)}")
-    config = checked_group(replace(current, **wanted))
-    store.metadata.put_group(config)
-    return _view(config, True), created
-
+def put_group(store: MessageStore, name: str, **changes) -> GroupView:
+    """Create or change a group: unset (None) settings keep their value."""
+    config = store.metadata.update_group(name, **{k: v for k, v in changes.items() if v is not None})
+    return _view(config, True)

@@ -11,7 +11,7 @@ from app.services.errors import InvalidRequestError, NotFoundError
 from store import ids, topics
 from store.codec import StoredMessage
 from store.errors import InvalidIdError, MessageNotFoundError
-from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MessageStore
+from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MAX_QUERY_RESULTS, MessageStore
 
 QUEUE_ADDRESS = re.compile(r"^(?P<topic>[%|a-zA-Z0-9_-]+):(?P<queue>\d{1,4}):(?P<offset>\d{1,19})$")
 HEX_ID = re.compile(r"^[0-9A-Fa-f]{32}$|^[0-9A-Fa-f]{56}$")
@@ -54,6 +54,34 @@ def by_offset_id(store: MessageStore, offset_msg_id: str) -> StoredMessage:
     if msg.offset_msg_id != offset_msg_id.upper():
         raise NotFoundError(f"no message with offset id {offset_msg_id} (it names another broker or offset)")
     return msg
+
+
+def stored_or_none(store: MessageStore, offset_msg_id: str) -> StoredMessage | None:
+    """The record an offset message id names, if the id is one and the record is there."""
+    try:
+        return by_offset_id(store, offset_msg_id)
+    except (InvalidRequestError, NotFoundError):
+        return None
+
+
+def all_copies(store: MessageStore, unique_keys: list[str], anchor: StoredMessage | None = None) -> list[StoredMessage]:
+    """Every copy with one of the unique keys in any topic, the anchor, and the copies their
+    ORIGIN_MESSAGE_ID names, oldest first."""
+    found: dict[int, StoredMessage] = {}
+    if anchor is not None:
+        found[anchor.phys_offset] = anchor
+    for key in dict.fromkeys(unique_keys):
+        try:
+            copies = by_unique_key(store, key, max_results=MAX_QUERY_RESULTS).messages
+        except InvalidRequestError:  # a key the index cannot be asked for (spaces, too long)
+            continue
+        for msg in copies:
+            found[msg.phys_offset] = msg
+    for msg in list(found.values()):
+        origin = msg.properties.get(topics.ORIGIN_MESSAGE_ID)
+        if origin and (named := stored_or_none(store, origin)) is not None:
+            found.setdefault(named.phys_offset, named)
+    return sorted(found.values(), key=lambda m: (m.store_timestamp, m.phys_offset))
 
 
 def by_queue_offset(store: MessageStore, topic: str, queue_id: int, queue_offset: int) -> StoredMessage:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.presenters import message_summary
-from app.services.errors import InvalidRequestError, NotFoundError
-from store import topics
+from app.services.queue_view import existing_queue
 from store.errors import StoreError
 from store.message_store import MessageStore
 
@@ -57,13 +56,8 @@ def browse_queue(store: MessageStore, topic: str, queue_id: int, offset: int | N
                  page_size: int) -> QueuePage:
     """Up to `page_size` messages of the queue from `offset`, or from the first stored at or after
     `at_ms`, or from the queue's first message."""
-    topics.validate_topic(topic)
-    config = store.metadata.topic(topic)
-    if config is None:
-        raise NotFoundError(f"no topic {topic}")
+    config = existing_queue(store, topic, queue_id)
     bounds = {q: (lo, hi) for q, lo, hi in store.topics().get(topic, [])}
-    if queue_id >= config.queues and queue_id not in bounds:
-        raise InvalidRequestError(f"topic {topic} has {config.queues} queues: queue ids 0 to {config.queues - 1}")
     lo, hi = bounds.get(queue_id, (0, 0))
     if at_ms is not None:
         requested = _offset_at(store, topic, queue_id, lo, hi, at_ms)

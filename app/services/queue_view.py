@@ -32,7 +32,9 @@ class CommittedOffset:
     previous: int | None
 
 
-def _existing_queue(store: MessageStore, topic: str, queue_id: int) -> TopicConfig:
+def existing_queue(store: MessageStore, topic: str, queue_id: int) -> TopicConfig:
+    """The topic's settings: a valid name (else 400) of a topic that exists (else 404), with a
+    queue of that id (else 400)."""
     topics.validate_topic(topic)
     config = store.metadata.topic(topic)
     if config is None:
@@ -47,7 +49,7 @@ def read_queue(store: MessageStore, topic: str, queue_id: int, offset: int | Non
     """Up to `max_messages` messages of the queue from `offset` whose tag matches; without an
     offset from `group`'s committed offset, else from the queue's first message. Read only:
     no delivery is recorded and no offset moves."""
-    _existing_queue(store, topic, queue_id)
+    existing_queue(store, topic, queue_id)
     if group is not None:
         store.metadata.group(group)  # checks the name
     if offset is None and group is not None:
@@ -61,7 +63,7 @@ def read_queue(store: MessageStore, topic: str, queue_id: int, offset: int | Non
 def commit_offset(store: MessageStore, group: str, topic: str, queue_id: int, offset: int) -> CommittedOffset:
     """Set where `group` goes on consuming the queue (a pull consumer's commit, or an operator's reset)."""
     store.metadata.group(group)  # checks the name
-    _existing_queue(store, topic, queue_id)
+    existing_queue(store, topic, queue_id)
     previous = store.offsets.get(topic, group, queue_id)
     store.commit_offset(group, topic, queue_id, offset)
     return CommittedOffset(group, topic, queue_id, offset, previous)

@@ -4,11 +4,11 @@ a crash between the two is settled at start-up from the store's trace."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.models import AuditEntry
 from app.services import audit, lookup
 from app.services.errors import InvalidRequestError, NotFoundError
 from store import topics
@@ -78,16 +78,12 @@ def _resent_copy(store: MessageStore, dead_letter_id: str, since_ms: int) -> Sto
 def reconcile_resends(store: MessageStore, sessions: sessionmaker[Session]) -> list[str]:
     """At start-up: settle resends a crash left pending: ok when the trace shows the copy was
     written, else failed (the operator may resend again). Returns what was done, for the log."""
-    done: list[str] = []
+
+    def settle(entry: AuditEntry, detail: dict) -> audit.Settlement:
+        copy = _resent_copy(store, detail.get("request", {}).get("offset_msg_id", ""), entry.at_ms)
+        if copy is None:
+            return audit.FAILED, "interrupted before the dead letter was resent", None
+        return audit.OK, "completed before a restart (found in the trace)", {"resent": copy_facts(copy)}
+
     with sessions.begin() as s:
-        for entry in audit.pending(s, RESEND_DEAD_LETTER):
-            detail = json.loads(entry.detail)
-            copy = _resent_copy(store, detail.get("request", {}).get("offset_msg_id", ""), entry.at_ms)
-            if copy is None:
-                entry.outcome, entry.outcome_detail = audit.FAILED, "interrupted before the dead letter was resent"
-            else:
-                entry.outcome, entry.outcome_detail = audit.OK, "completed before a restart (found in the trace)"
-                entry.detail = json.dumps({**detail, "result": {**detail.get("result", {}),
-                                                                "resent": copy_facts(copy)}})
-            done.append(f"audit entry {entry.id} settled: {entry.outcome}")
-    return done
+        return audit.settle_pending(s, RESEND_DEAD_LETTER, settle)

@@ -14,7 +14,7 @@ from app.services.timeline_verdicts import ConsumerProgress, Verdict, verdicts
 from store import topics
 from store.codec import StoredMessage
 from store.errors import StoreError
-from store.message_store import MAX_QUERY_RESULTS, MessageStore
+from store.message_store import MessageStore
 from store.metadata import DEFAULT_RETRY_MAX_TIMES
 from store.trace import TraceEvent, TraceKind
 
@@ -26,14 +26,6 @@ MESSAGE_ID = re.compile(r"^[0-9A-Fa-f]{16,128}$")
 class TimelineEntry:
     event: TraceEvent
     derived: bool  # made from the stored record, not recorded
-
-
-def _stored_message(store: MessageStore, offset_msg_id: str) -> StoredMessage | None:
-    """The record an offset message id names, if the id is one and the record is there."""
-    try:
-        return lookup.by_offset_id(store, offset_msg_id)
-    except (InvalidRequestError, NotFoundError):
-        return None
 
 
 def _stored_event(msg: StoredMessage) -> TraceEvent:
@@ -81,35 +73,15 @@ def _max_reconsume_times(store: MessageStore, group: str) -> int:
         return DEFAULT_RETRY_MAX_TIMES
 
 
-def _copies(store: MessageStore, unique_keys: list[str], anchor: StoredMessage | None) -> list[StoredMessage]:
-    """Every copy with one of the unique keys in any topic, the anchor, and the copies their
-    ORIGIN_MESSAGE_ID names, oldest first."""
-    found: dict[int, StoredMessage] = {}
-    if anchor is not None:
-        found[anchor.phys_offset] = anchor
-    for key in dict.fromkeys(unique_keys):
-        try:
-            copies = lookup.by_unique_key(store, key, max_results=MAX_QUERY_RESULTS).messages
-        except InvalidRequestError:  # a key the index cannot be asked for (spaces, too long)
-            continue
-        for msg in copies:
-            found[msg.phys_offset] = msg
-    for msg in list(found.values()):
-        origin = msg.properties.get(topics.ORIGIN_MESSAGE_ID)
-        if origin and (named := _stored_message(store, origin)) is not None:
-            found.setdefault(named.phys_offset, named)
-    return sorted(found.values(), key=lambda m: (m.store_timestamp, m.phys_offset))
-
-
 def message_timeline(store: MessageStore, message_id: str) -> MessageTimeline:
     """The retry timeline of the message a unique key or the offset id of any copy names."""
     _check_id(message_id)
     events = _recorded_events(store, message_id)
-    anchor = _stored_message(store, message_id)
+    anchor = lookup.stored_or_none(store, message_id)
     keys = [e.unique_key for e in events[:1]] + ([anchor.unique_key] if anchor and anchor.unique_key else [])
     if anchor is None and not events:
         keys = [message_id, message_id.upper()]
-    copies = _copies(store, keys, anchor)
+    copies = lookup.all_copies(store, keys, anchor)
     if not events and not copies:
         raise NotFoundError(f"no trace event and no message for id {message_id}: give the unique key or the "
                             "offset message id of a copy stored here")

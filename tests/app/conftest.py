@@ -11,10 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.main import create_app
+from app.models import AuditEntry
 from store.clock import FakeClock
 from store.message_store import MessageStore, StoreConfig
 
@@ -93,3 +95,16 @@ def assert_error(response: httpx.Response, status: int, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in body["error"], body["error"]
     return body["error"]
+
+
+async def put_messages(api: Running, topic: str, messages: dict | list[dict]) -> list[dict]:
+    """POST one message (an object) or many (a list) to the topic; the put results, 200 asserted."""
+    r = await api.client.post(f"/api/topics/{topic}/messages", json=messages)
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
+def audit_rows(sessions: sessionmaker[Session]) -> list[AuditEntry]:
+    """Every audit entry, oldest first."""
+    with sessions() as s:
+        return list(s.scalars(select(AuditEntry).order_by(AuditEntry.id)))

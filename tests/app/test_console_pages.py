@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.app.conftest import assert_error
+from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio
 
@@ -19,9 +19,7 @@ PAYLOAD = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 async def produce(api, topic="Orders", **fields) -> dict:
     body = {} if "body_base64" in fields else {"body": "x"}
-    r = await api.client.post(f"/api/topics/{topic}/messages", json={**body, **fields})
-    assert r.status_code == 200, r.text
-    return r.json()["results"][0]
+    return (await put_messages(api, topic, {**body, **fields}))[0]
 
 
 async def html(api, url, status=200, **headers) -> str:
@@ -97,23 +95,21 @@ async def test_htmx_search_gets_only_the_results_fragment(api):
     assert "<table" in r.text and "<html" not in r.text and "<form" not in r.text
 
 
-@pytest.mark.parametrize(("query", "fragment"), [
-    ("q=x&max=0", "max must be 1 to 500"),
-    ("q=x&max=lots", "max must be a whole number"),
-    ("q=x&begin=yesterday", "begin must be epoch milliseconds or a date and time"),
-    ("q=x&begin=2000&end=1000", "ends before it begins"),
-    ("q=x&cursor=bogus", "malformed cursor"),
-    ("q=Orders:0:99", "offset 99 is outside queue Orders:0"),
-    ("q=a%20b", "without spaces"),
-    ("q=x&topic=bad/topic", "invalid topic"),
+@pytest.mark.parametrize(("query", "status", "fragment"), [
+    ("q=x&max=0", 400, "max must be 1 to 500"),
+    ("q=x&max=lots", 400, "max must be a whole number"),
+    ("q=x&begin=yesterday", 400, "begin must be epoch milliseconds or a date and time"),
+    ("q=x&begin=2000&end=1000", 400, "ends before it begins"),
+    ("q=x&cursor=bogus", 400, "malformed cursor"),
+    ("q=Orders:0:99", 404, "offset 99 is outside queue Orders:0"),
+    ("q=a%20b", 400, "without spaces"),
+    ("q=x&topic=bad/topic", 400, "invalid topic"),
 ])
-async def test_bad_search_input_is_a_4xx_with_a_message_in_both_forms(api, query, fragment):
+async def test_bad_search_input_is_a_4xx_with_a_message_in_both_forms(api, query, status, fragment):
     await produce(api)
-    r = await api.client.get(f"/search.json?{query}")
-    assert r.status_code in (400, 404), r.text
-    assert_error(r, r.status_code, fragment)
-    page = await html(api, f"/search?{query}", status=r.status_code)
-    assert_html_error(page, r.status_code, fragment)
+    assert_error(await api.client.get(f"/search.json?{query}"), status, fragment)
+    page = await html(api, f"/search?{query}", status=status)
+    assert_html_error(page, status, fragment)
 
 
 async def test_message_page_shows_every_field_both_ids_and_the_other_copies(api):
@@ -148,6 +144,7 @@ async def test_body_views_and_the_download_of_a_large_binary_body(api):
     download = await api.client.get(f"/messages/{put['offset_msg_id']}/body")
     assert download.content == body
     assert download.headers["content-type"] == "application/octet-stream"
+    assert download.headers["x-content-type-options"] == "nosniff"
     assert "attachment" in download.headers["content-disposition"]
     fragment = await html(api, f"/messages/{put['offset_msg_id']}?view=base64", **{"HX-Request": "true",
                                                                                    "HX-Target": "body-view"})
@@ -220,3 +217,14 @@ async def test_every_page_links_its_json_twin_and_the_docs_work_offline(api):
     openapi = (await api.client.get("/openapi.json")).json()
     assert "/api/search" in openapi["paths"] and "/search" not in openapi["paths"]
     assert json.loads((await api.client.get("/search.json")).text)["searched"] is False
+
+
+async def test_a_stored_unique_key_the_index_cannot_be_asked_for_still_shows_its_message(api):
+    import dataclasses
+
+    from store.record_builder import NewMessage
+
+    api.store.config = dataclasses.replace(api.store.config, trace=False)
+    put = api.store.put(NewMessage("Orders", b"odd client", properties={"UNIQ_KEY": "has space"}))
+    twin = (await api.client.get(f"/messages/{put.offset_msg_id}.json")).json()
+    assert twin["ok"] is True and twin["message"]["unique_key"] == "has space" and twin["copies"] == []

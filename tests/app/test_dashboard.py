@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.services.rates import RateSampler
 from store.stats import StoreStats
-from tests.app.conftest import assert_error
+from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio
 
@@ -17,10 +17,7 @@ HTML = {"Accept": "text/html"}
 
 
 async def produce(api, count: int, queue_id: int = 0) -> list[dict]:
-    r = await api.client.post(f"/api/topics/{TOPIC}/messages",
-                              json=[{"body": f"m{i}", "queue_id": queue_id} for i in range(count)])
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
+    return await put_messages(api, TOPIC, [{"body": f"m{i}", "queue_id": queue_id} for i in range(count)])
 
 
 async def receive_and_ack(api, group: str, count: int) -> None:

@@ -14,7 +14,7 @@ from app.models import AuditEntry, ConfigVersion
 from app.services.config import DELAY_LEVELS, SET_DELAY_LEVELS
 from store import topics
 from store.delay_levels import DEFAULT_DELAY_LEVELS
-from tests.app.conftest import assert_error, make_settings, running
+from tests.app.conftest import assert_error, audit_rows, make_settings, put_messages, running
 
 pytestmark = pytest.mark.anyio
 
@@ -24,8 +24,8 @@ NEW = "2s 4s 8s"
 
 def rows(sessions):
     with sessions() as s:
-        return (list(s.scalars(select(ConfigVersion).order_by(ConfigVersion.id))),
-                list(s.scalars(select(AuditEntry).order_by(AuditEntry.id))))
+        versions = list(s.scalars(select(ConfigVersion).order_by(ConfigVersion.id)))
+    return versions, audit_rows(sessions)
 
 
 @pytest.fixture
@@ -92,6 +92,17 @@ async def test_idempotency_key_acts_once(api, applied):
     assert_error(await api.client.put(URL, json={"levels": "9s"}, headers=headers), 409, "different request")
     assert_error(await api.client.put(URL, json={"levels": "9s"}, headers={"Idempotency-Key": "k" * 256}), 400)
     assert applied == [NEW]
+
+
+async def test_a_repeat_after_another_change_gets_the_first_answer_without_acting(api, applied):
+    # The table in use changed in between, so only the idempotency key keeps the repeat from acting.
+    headers = {"Idempotency-Key": "click-1"}
+    first = await api.client.put(URL, json={"levels": NEW}, headers=headers)
+    assert (await api.client.put(URL, json={"levels": "1m"})).json()["version"] == 2
+    again = await api.client.put(URL, json={"levels": NEW}, headers=headers)
+    assert again.json() == first.json() == {"ok": True, "levels": NEW, "version": 1}
+    assert applied == [NEW, "1m"] and api.store.delay_levels.spec == "1m"
+    assert [v.version for v in rows(api.sessions)[0]] == [1, 2] and len(rows(api.sessions)[1]) == 2
 
 
 class WatchedLock:
@@ -197,8 +208,7 @@ async def test_the_store_uses_the_new_table(api, clock):
     r = await api.client.put(URL, json={"levels": NEW})
     assert r.status_code == 200, r.text
     assert api.store.delay_levels.spec == NEW and api.store.delay_levels.delay_ms(2) == 4000
-    put = await api.client.post("/api/topics/Orders/messages", json={"body": "x", "delay_level": 2})
-    result = put.json()["results"][0]
+    [result] = await put_messages(api, "Orders", {"body": "x", "delay_level": 2})
     assert result["topic"] == topics.SCHEDULE_TOPIC
     clock.advance(3999)
     assert api.store.deliver_due().delivered == []

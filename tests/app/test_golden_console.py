@@ -17,12 +17,11 @@ from app.config import Settings
 from store import topics
 from store.delay_levels import parse_delay_levels
 from tests.app.conftest import assert_error, running
-from tests.conftest import GOLDEN_GEOMETRY, file_digests
+from tests.conftest import GOLDEN_GEOMETRY, GOLDEN_GEOMETRY_FLAGS, file_digests
 from tests.live_server import LiveServer
 
 GROUP = "GID_golden"
 GEOMETRY = dataclasses.asdict(GOLDEN_GEOMETRY)
-GEOMETRY_FLAGS = tuple(arg for name, value in GEOMETRY.items() for arg in (f"--{name.replace('_', '-')}", str(value)))
 HTML = {"Accept": "text/html"}
 
 
@@ -142,7 +141,7 @@ async def test_golden_retries_and_dead_letters_show_their_hops_and_verdicts(read
 def test_serve_a_golden_copy_read_only_over_http(tmp_path: Path, golden_store_dir: Path, golden_manifest):
     before = file_digests(golden_store_dir)
     dead = copies_keyed(golden_manifest, "order-9999")[topics.dlq_topic(GROUP)]
-    args = ("--store", str(golden_store_dir), "--read-only", *GEOMETRY_FLAGS)
+    args = ("--store", str(golden_store_dir), "--read-only", *GOLDEN_GEOMETRY_FLAGS)
     with LiveServer(tmp_path / "data", tmp_path / "server.log", args=args) as server:
         server.start()
         page = httpx.get(f"{server.base_url}/messages/{dead['offsetMsgId']}", headers=HTML, timeout=10)

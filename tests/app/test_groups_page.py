@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.services import group_status
-from tests.app.conftest import assert_error
+from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio
 
@@ -15,9 +15,7 @@ HTML = {"Accept": "text/html"}
 
 
 async def produce(api, messages: list[dict]) -> list[dict]:
-    r = await api.client.post(f"/api/topics/{TOPIC}/messages", json=messages)
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
+    return await put_messages(api, TOPIC, messages)
 
 
 async def get_json(api, url: str) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from store.metadata import DEFAULT_RETRY_MAX_TIMES
-from tests.app.conftest import assert_error, make_settings, running
+from tests.app.conftest import assert_error, make_settings, put_messages, running
 
 pytestmark = pytest.mark.anyio
 
@@ -67,7 +67,7 @@ async def test_wrong_group_types_are_422(api, payload):
 
 
 async def test_topics_list_queue_offsets(api):
-    await api.client.post("/api/topics/Orders/messages", json=[{"body": "x", "queue_id": 1}] * 3)
+    await put_messages(api, "Orders", [{"body": "x", "queue_id": 1}] * 3)
     r = await api.client.get("/api/topics")
     assert r.status_code == 200
     orders = next(t for t in r.json()["topics"] if t["name"] == "Orders")

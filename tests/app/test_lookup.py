@@ -6,15 +6,14 @@ from __future__ import annotations
 import pytest
 
 from store import topics
-from tests.app.conftest import assert_error
+from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio
 
 
 async def produce(api, topic="Orders", **fields) -> dict:
-    r = await api.client.post(f"/api/topics/{topic}/messages", json={"body": "x", **fields})
-    assert r.status_code == 200, r.text
-    return r.json()["results"][0]
+    [result] = await put_messages(api, topic, {"body": "x", **fields})
+    return result
 
 
 async def get_ok(api, url, **params) -> dict:

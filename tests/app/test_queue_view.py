@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from store import topics
-from tests.app.conftest import assert_error
+from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio
 
@@ -16,10 +16,7 @@ URL = "/api/topics/{}/queues/{}/messages"
 @pytest.fixture
 async def five(api) -> list[dict]:
     """Five messages in queue 1 of Orders, tags A, B, A, B, A."""
-    r = await api.client.post(f"/api/topics/{TOPIC}/messages",
-                              json=[{"body": f"m{i}", "tags": "AB"[i % 2], "queue_id": 1} for i in range(5)])
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
+    return await put_messages(api, TOPIC, [{"body": f"m{i}", "tags": "AB"[i % 2], "queue_id": 1} for i in range(5)])
 
 
 async def test_a_window_from_an_offset(api, five):

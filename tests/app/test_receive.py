@@ -12,7 +12,7 @@ from app.presenters import message_dict
 from app.schemas import MessageOut
 from store import topics
 from store.delay_levels import DelayLevels
-from tests.app.conftest import assert_error, make_settings, running
+from tests.app.conftest import assert_error, make_settings, put_messages, running
 
 pytestmark = pytest.mark.anyio
 
@@ -29,10 +29,7 @@ def backoff(attempt: int) -> int:
 
 
 async def produce(api, count: int, topic: str = TOPIC, **fields) -> list[dict]:
-    r = await api.client.post(f"/api/topics/{topic}/messages", json=[{"body": f"m{i}", **fields}
-                                                                     for i in range(count)])
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
+    return await put_messages(api, topic, [{"body": f"m{i}", **fields} for i in range(count)])
 
 
 async def receive(api, group: str = GROUP, **fields) -> list[dict]:

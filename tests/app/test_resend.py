@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from sqlalchemy import select
 
 from app.models import AuditEntry
 from app.services import audit
 from app.services.resend import RESEND_DEAD_LETTER, reconcile_resends
 from store import topics
 from store.errors import InvalidMessageError
-from tests.app.conftest import assert_error, make_settings, running
+from tests.app.conftest import assert_error, audit_rows, make_settings, put_messages, running
 
 pytestmark = pytest.mark.anyio
 
@@ -20,17 +19,11 @@ GROUP = "GID_dlq"
 URL = "/api/messages/{}/resend"
 
 
-def audit_rows(sessions) -> list[AuditEntry]:
-    with sessions() as s:
-        return list(s.scalars(select(AuditEntry).order_by(AuditEntry.id)))
-
-
 async def dead_letter(api) -> tuple[dict, str]:
     """A message of Orders that GROUP failed once with max_reconsume_times 0: (its put result,
     the dead letter's offset id)."""
     assert (await api.client.put(f"/api/groups/{GROUP}", json={"max_reconsume_times": 0})).status_code == 200
-    r = await api.client.post("/api/topics/Orders/messages", json={"body": "poison", "keys": ["k-1"], "tags": "T"})
-    put = r.json()["results"][0]
+    [put] = await put_messages(api, "Orders", {"body": "poison", "keys": ["k-1"], "tags": "T"})
     [got] = (await api.client.post(f"/api/groups/{GROUP}/receive", json={"topic": "Orders"})).json()["messages"]
     r = await api.client.post(f"/api/groups/{GROUP}/nack", json={"receipt_handle": got["receipt_handle"]})
     assert r.status_code == 200

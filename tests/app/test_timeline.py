@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from tests.app.conftest import assert_error
+from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio
 
@@ -14,9 +14,8 @@ GROUP = "GID_tl"
 
 
 async def produce(api, **fields) -> dict:
-    r = await api.client.post("/api/topics/Orders/messages", json={"body": "x", **fields})
-    assert r.status_code == 200, r.text
-    return r.json()["results"][0]
+    [result] = await put_messages(api, "Orders", {"body": "x", **fields})
+    return result
 
 
 async def timeline(api, message_id: str) -> dict:

@@ -12,7 +12,7 @@ from markupsafe import escape
 from app.render import format_ms
 from store import topics
 from store.delay_levels import DelayLevels
-from tests.app.conftest import assert_error
+from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio
 
@@ -33,9 +33,7 @@ def trace_off(api) -> None:
 
 
 async def produce(api, **fields) -> dict:
-    r = await api.client.post(f"/api/topics/{TOPIC}/messages", json={"body": "x", **fields})
-    assert r.status_code == 200, r.text
-    return r.json()["results"][0]
+    return (await put_messages(api, TOPIC, {"body": "x", **fields}))[0]
 
 
 async def receive_one(api, group: str = GROUP) -> dict:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from store.retention import HOUR_MS
-from tests.app.conftest import assert_error
+from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio
 
@@ -19,9 +19,7 @@ QUEUE = f"/topics/{TOPIC}/queues/0"
 
 
 async def produce(api, topic: str, messages: list[dict]) -> list[dict]:
-    r = await api.client.post(f"/api/topics/{topic}/messages", json=messages)
-    assert r.status_code == 200, r.text
-    return r.json()["results"]
+    return await put_messages(api, topic, messages)
 
 
 async def get_json(api, url: str, **params) -> dict:

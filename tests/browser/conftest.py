@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from playwright.sync_api import expect, sync_playwright
 
 from tests.live_server import LiveServer
 
@@ -27,8 +28,7 @@ EXPECT_TIMEOUT_MS = 15_000
 def browser() -> Iterator:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
+    with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
             yield chromium
@@ -44,13 +44,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     with LiveServer(root / "data", root / "server.log", settings) as live:
         live.start()
         yield live
-        live.stop()
+        assert live.stop() == 0
 
 
 @pytest.fixture
 def page(browser, server: LiveServer) -> Iterator:
-    from playwright.sync_api import expect
-
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     context = browser.new_context(base_url=server.base_url, viewport=VIEWPORT)
     page = context.new_page()

@@ -45,6 +45,9 @@ def test_search_by_key_then_message_then_timeline(page, api, screenshots):
     original.get_by_role("link", name=put["offset_msg_id"]).click()
     expect(page.get_by_test_id("offset-msg-id")).to_have_text(put["offset_msg_id"])
     expect(page.get_by_test_id("unique-key")).to_have_text(put["unique_key"])
+    copy = page.locator(f'button.copy[data-copy="{put["offset_msg_id"]}"]')
+    copy.click()
+    expect(copy).to_have_text("Copied")  # static/app.js copies the id to the clipboard
     expect(page.locator("pre.body")).to_contain_text('"sku": "A-1"')  # pretty JSON by default
     page.get_by_role("link", name="hex", exact=True).click()
     expect(page.locator('pre.body[data-view="hex"]')).to_contain_text("7b 22 6f 72")

@@ -13,10 +13,11 @@ import pytest
 
 from store.errors import CorruptRecordError, MessageNotFoundError
 from store.message_store import MessageStore
+from store.paths import StorePaths, offset_to_name
+from tests.conftest import GOLDEN_GEOMETRY, GOLDEN_GEOMETRY_FLAGS
 from tests.store.helpers import fill, sample_message, small_config
 
-GEOMETRY_FLAGS = ["--commitlog-file-size", "32768", "--cq-file-size", "80", "--index-slots", "64",
-                  "--index-entries", "64"]
+SEGMENT = GOLDEN_GEOMETRY.commitlog_file_size  # small_config's commit log segment size
 
 
 def _feed(proc: subprocess.Popen, count: int) -> None:
@@ -35,7 +36,7 @@ def test_sigkill_mid_stream_loses_no_acknowledged_message(tmp_path, kill_after):
     store_dir = tmp_path / "store"
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", "store", "load",
-         "--store", str(store_dir), "--flush", "sync", "-", *GEOMETRY_FLAGS],
+         "--store", str(store_dir), "--flush", "sync", "-", *GOLDEN_GEOMETRY_FLAGS],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     feeder = threading.Thread(target=_feed, args=(proc, 100_000), daemon=True)
@@ -71,8 +72,7 @@ def _written_store(tmp_path, count=12, body_size=700):
 
 
 def _segment_and_pos(store_dir, phys):
-    name = f"{phys - phys % 32768:020d}"
-    return store_dir / "commitlog" / name, phys % 32768
+    return StorePaths(store_dir).commitlog / offset_to_name(phys - phys % SEGMENT), phys % SEGMENT
 
 
 def _damage(path, pos, data: bytes) -> None:
@@ -156,7 +156,7 @@ def test_corrupt_record_in_the_middle_is_reported_not_skipped(tmp_path):
 def test_corrupt_record_in_an_old_segment_is_reported_by_check(tmp_path):
     """Opening scans the last three segments (as RocketMQ does); check() scans them all."""
     store_dir, results = _written_store(tmp_path, count=40, body_size=2500)
-    first_segment = [r for r in results if r.phys_offset < 32768]
+    first_segment = [r for r in results if r.phys_offset < SEGMENT]
     victim = first_segment[len(first_segment) // 2]
     path, pos = _segment_and_pos(store_dir, victim.phys_offset)
     _damage(path, pos + 4, b"\x00\x00\x00\x00")

@@ -69,3 +69,25 @@ def test_a_busy_store_refuses_sends_after_the_wait_limit(tmp_path):
             release.set()
             holder.join()
         assert store.put(NewMessage("Orders", b"x")).queue_offset == 0
+
+
+def test_a_crash_while_a_file_is_being_created_leaves_no_short_file(tmp_path, monkeypatch):
+    """The file is named only once it has its full size: a writer killed while reserving its
+    blocks (here: an interrupt inside the reservation) leaves nothing the next open would refuse."""
+    from store import mapped_file
+
+    def killed(fd, size):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mapped_file, "_reserve", killed)
+    with pytest.raises(KeyboardInterrupt):
+        mapped_file.MappedFile(tmp_path / "00000000000000000000", 4096, writable=True, create=True)
+    assert os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    created = mapped_file.MappedFile(tmp_path / "00000000000000000000", 4096, writable=True, create=True)
+    try:
+        assert os.path.getsize(tmp_path / "00000000000000000000") == 4096
+        with pytest.raises(FileExistsError):
+            mapped_file.MappedFile(tmp_path / "00000000000000000000", 4096, writable=True, create=True)
+    finally:
+        created.close()

@@ -24,7 +24,7 @@ def age(path, now_ms, hours):
 
 @pytest.fixture
 def filled(tmp_path):
-    """A store over four or more segments (the golden geometry's are 64 KiB), with the real time."""
+    """A store over four or more segments (the golden geometry's are 32 KiB), with the real time."""
     clock = FakeClock(time.time_ns() // 1_000_000)
     store = MessageStore.open(tmp_path, small_config(), clock=clock)
     results = store.put_many([NewMessage("Orders", b"x" * 900, queue_id=i % 2, keys=[f"k{i}"]) for i in range(300)])

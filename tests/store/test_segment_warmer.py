@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from store.mapped_file import PAGE, MappedFile
 from store.recordio import populate
 from store.segment_warmer import SegmentWarmer
-
-
-def wait_for(condition, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.001)
+from tests.live_server import wait_until
 
 
 def test_populate_keeps_what_is_written(tmp_path):
@@ -37,9 +30,9 @@ def test_warmer_runs_ahead_of_the_writer_across_segments_and_stops(tmp_path):
 
     warmer = SegmentWarmer(segment_at, size, ahead=4 * PAGE, step=PAGE)
     warmer.advance(100)
-    wait_for(lambda: warmer._warmed_to >= 4 * PAGE + 100 - 100 % PAGE)
+    wait_until(lambda: warmer._warmed_to >= 4 * PAGE + 100 - 100 % PAGE, 10, "warming ahead", poll_s=0.001)
     warmer.advance(7 * PAGE)  # the ahead window now reaches into the second segment
-    wait_for(lambda: warmer._warmed_to >= 11 * PAGE)
+    wait_until(lambda: warmer._warmed_to >= 11 * PAGE, 10, "warming the next segment", poll_s=0.001)
     assert segments[0].buf[:100] == b"x" * 100
     warmer.stop()
     assert not any(t.name == "mqlens-warmer" for t in threading.enumerate())
@@ -53,6 +46,6 @@ def test_warmer_gives_up_quietly_on_a_read_only_segment(tmp_path):
     read_only = MappedFile(path, 4 * PAGE, writable=False)
     warmer = SegmentWarmer(lambda phys: read_only, 4 * PAGE, ahead=2 * PAGE, step=PAGE)
     warmer.advance(0)
-    wait_for(lambda: warmer._stopped)
+    wait_until(lambda: warmer._stopped, 10, "the warmer to give up", poll_s=0.001)
     warmer.stop()
     read_only.close()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-import time
 
 import pytest
 
@@ -18,6 +16,7 @@ from store.errors import InvalidMessageError, StoreError
 from store.message_store import MessageStore, NewMessage
 from store.timer import TIMER_PROGRESS_FILE
 from store.trace import TraceKind
+from tests.live_server import wait_until
 from tests.store.helpers import small_config
 
 START_MS = 1_700_000_000_000
@@ -33,16 +32,6 @@ def copies(store: MessageStore, topic: str = "Orders") -> list:
     for queue_id, low, high in store.topics().get(topic, []):
         found += [store.get_by_queue_offset(topic, queue_id, offset) for offset in range(low, high)]
     return found
-
-
-def wait_until(condition, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        pause.wait(0.005)
-    return True
 
 
 def test_a_timed_message_is_delivered_at_its_time_and_not_a_millisecond_before(tmp_path):
@@ -238,11 +227,11 @@ def test_a_pass_with_nothing_due_reads_only_the_head_of_each_queue(tmp_path, mon
 def test_the_background_scheduler_delivers_at_the_time_without_waiting_for_its_interval(tmp_path):
     config = small_config(schedule_interval_ms=5_000)  # idle, it would look again only after 5 s
     with MessageStore.open(tmp_path, config, clock=SystemClock()) as store:
-        assert wait_until(lambda: store._scheduler_thread is not None, 1)
+        assert wait_until(lambda: store._scheduler_thread is not None, 1, "the scheduler thread", poll_s=0.005)
         at = store.clock.now_ms() + 200
         put = store.put(timed(at))
         assert put.topic == topics.TIMER_TOPIC
-        assert wait_until(lambda: copies(store), timeout_s=3), "not delivered within 3 s"
+        assert wait_until(lambda: copies(store), 3, "the delivery within 3 s", poll_s=0.005)
         copy = copies(store)[0]
         assert copy.unique_key == put.unique_key
         assert at <= copy.store_timestamp < at + 3_000

@@ -67,6 +67,17 @@ def test_trace_off_writes_no_trace_records(tmp_path):
         assert topics.TRACE_TOPIC not in store.topics()
 
 
+@pytest.mark.parametrize("flush", ["sync", "async"])
+def test_a_unique_key_with_spaces_is_stored_and_traced_by_its_offset_id(tmp_path, flush):
+    """A client may set any UNIQ_KEY: the put succeeds and its trace is keyed by the offset id."""
+    with open_store(tmp_path, FakeClock(), flush=flush) as store:
+        put = store.put(NewMessage("Orders", b"x", properties={"UNIQ_KEY": "has space"}))
+        assert put.unique_key == "has space" and stored_count(store, "Orders") == 1
+        [event] = store.timeline(put.offset_msg_id)
+        assert event.kind is TraceKind.STORED and event.unique_key == "has space"
+        assert store.put(NewMessage("Orders", b"y")).topic == "Orders"  # later puts are not held up
+
+
 def test_a_resent_unique_key_is_stored_once(tmp_path):
     clock = FakeClock()
     with open_store(tmp_path, clock) as store:
