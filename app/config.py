@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -41,6 +41,16 @@ class Settings(BaseSettings):
     max_pending_puts: int = Field(256, ge=0)  # puts in progress at once; beyond it: 429
     # Receives in progress at once, each on a worker thread of its own (long polls wait there); beyond it: 429.
     max_receives: int = Field(64, ge=1)
+    # Accounts and access. Anonymous visitors get no role unless anonymous_viewer grants them viewer.
+    anonymous_viewer: bool = False
+    # Host names (and addresses) the server answers to besides loopback's, comma-separated.
+    allowed_hosts: str = ""
+    bootstrap_admin_token: SecretStr | None = None  # an admin token with this value exists at start
+    admin_password: SecretStr | None = None  # the first admin's password on a fresh database
+    session_ttl_s: int = Field(8 * 3600, ge=60, le=30 * 24 * 3600)
+    secure_cookies: bool = False  # mark the session cookie Secure (serve behind HTTPS)
+    failed_logins_per_minute: int = Field(5, ge=1)  # per user name; ten times as many per client address
+    resend_limit: int = Field(100, ge=1)  # dead letters one support action may resend
 
     @field_validator("database_url")
     @classmethod
@@ -65,6 +75,17 @@ class Settings(BaseSettings):
         if self.read_only and self.demo:
             raise ValueError("the demo workload writes to the store: it cannot run read-only")
         return self
+
+    def host_names(self) -> list[str]:
+        """The Host header values (without port) the server answers to."""
+        names = ["127.0.0.1", "localhost", "::1", "[::1]"]
+        if self.host not in ("0.0.0.0", "::", ""):
+            names.append(self.host)
+        names += [name.strip() for name in self.allowed_hosts.split(",") if name.strip()]
+        return list(dict.fromkeys(names))
+
+    def listens_beyond_loopback(self) -> bool:
+        return self.host not in ("127.0.0.1", "localhost", "::1") and not self.host.startswith("127.")
 
     def geometry(self) -> StoreGeometry:
         given = {name: getattr(self, name) for name in

@@ -68,6 +68,15 @@ def migrate(database_url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(database_url), revision)
 
 
+def head_revision() -> str:
+    """The newest revision the migrations know."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert head is not None
+    return head
+
+
 def current_revision(database_url: str) -> str | None:
     from alembic.runtime.migration import MigrationContext
 

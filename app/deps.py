@@ -42,11 +42,6 @@ async def get_config_lock(request: Request) -> threading.Lock:
     return request.app.state.config_lock
 
 
-async def get_actor(request: Request) -> str:
-    """Who acts: the signed-in user or token owner once the console has them."""
-    return "anonymous"
-
-
 StoreDep = Annotated[MessageStore, Depends(get_store)]
 SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
 ClockDep = Annotated[Clock, Depends(get_clock)]
@@ -54,4 +49,3 @@ PutGateDep = Annotated[PutGate, Depends(get_put_gate)]
 ReceiveGateDep = Annotated[PutGate, Depends(get_receive_gate)]
 ReceiveThreadsDep = Annotated[anyio.CapacityLimiter, Depends(get_receive_threads)]
 ConfigLockDep = Annotated[threading.Lock, Depends(get_config_lock)]
-ActorDep = Annotated[str, Depends(get_actor)]

@@ -9,15 +9,23 @@ the error fragment); the JSON API and JSON twins always get JSON."""
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.render import wants_html
-from app.services.errors import ConflictError, ForbiddenError, InvalidRequestError, NotFoundError, ServiceError
+from app.services.errors import (
+    AuthenticationError,
+    ConflictError,
+    ForbiddenError,
+    InvalidRequestError,
+    NotFoundError,
+    ServiceError,
+)
 from store.errors import (
     FlowControlError,
     MessageNotFoundError,
@@ -44,6 +52,7 @@ _STATUS_BY_CLASS: tuple[tuple[type[Exception], int], ...] = (
     (ReadOnlyStoreError, 409),
     (StoreLockedError, 409),
     (ConflictError, 409),
+    (AuthenticationError, 401),
     (ForbiddenError, 403),
     (InvalidRequestError, 400),
 )
@@ -70,6 +79,15 @@ def error_response(request: Request, status: int, message: str, headers: dict[st
     return JSONResponse({"ok": False, "error": message, "status": status}, status_code=status, headers=headers)
 
 
+def _to_login(request: Request) -> Response:
+    """A browser that is not signed in goes to the sign-in page, and comes back afterwards."""
+    back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    target = "/login?" + urlencode({"next": back}) if request.method == "GET" else "/login"
+    if request.headers.get("hx-request") == "true":
+        return Response(status_code=401, headers={"HX-Redirect": target})
+    return RedirectResponse(target, status_code=303)
+
+
 def _message(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -81,6 +99,10 @@ async def _domain_error(request: Request, exc: Exception) -> Response:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return error_response(request, 500, INTERNAL_ERROR_MESSAGE)
     headers = None
+    if isinstance(exc, AuthenticationError):
+        if wants_html(request):
+            return _to_login(request)
+        headers = {"WWW-Authenticate": "Bearer"}
     if isinstance(exc, FlowControlError):
         headers = {"Retry-After": str(max(1, int(exc.retry_after_s)))}
     return error_response(request, status, _message(exc), headers)

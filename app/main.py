@@ -11,15 +11,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import Scope
 
 from app.config import Settings
 from app.db import make_engine, migrate, session_factory
-from app.errors import install_error_handlers
+from app.errors import error_response, install_error_handlers
 from app.headers import SecurityHeadersMiddleware
 from app.pages import dashboard as dashboard_page
 from app.pages import groups as groups_page
@@ -29,13 +32,20 @@ from app.pages import timeline as timeline_page
 from app.pages import topics as topics_page
 from app.read_only import refuse_writes_when_read_only
 from app.render import STATIC_PREFIX, Renderer, project_dir
+from app.routes import accounts as accounts_routes
+from app.routes import auth as auth_routes
 from app.routes import config as config_routes
 from app.routes import docs, groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
 from app.routes import metrics as metrics_routes
+from app.security import CrossOriginGuardMiddleware, SessionCookieMiddleware
+from app.services import accounts
 from app.services import config as config_service
+from app.services import groups as groups_service
 from app.services import resend as resend_service
+from app.services import topics as topics_service
 from app.services.demo import DemoWorkload
 from app.services.flow import PutGate
+from app.services.login_limit import LoginLimiter
 from app.services.metrics import metrics_registry
 from app.services.rates import RateSampler
 from app.twin import JsonTwinMiddleware
@@ -51,7 +61,27 @@ class _Resources:
     engine: Engine
     sessions: sessionmaker[Session]
     store: MessageStore
+    session_secret: str
     demo: DemoWorkload | None = None
+
+
+def _set_up_accounts(settings: Settings, sessions: sessionmaker[Session], clock: Clock) -> str:
+    """The bootstrap admin token, the first admin on a fresh database, the demo's users; returns
+    the session signing key."""
+    if settings.bootstrap_admin_token is not None:
+        accounts.ensure_bootstrap_token(sessions, clock, settings.bootstrap_admin_token.get_secret_value())
+    given = settings.admin_password.get_secret_value() if settings.admin_password is not None else None
+    password = accounts.ensure_first_admin(sessions, clock, given)
+    if password is not None:
+        where = f"http://{settings.host if settings.host not in ('0.0.0.0', '::') else '127.0.0.1'}:{settings.port}"
+        shown = "the password from MQLENS_ADMIN_PASSWORD" if given else f"password {password}"
+        log.warning("first start: created the user %s (admin). Sign in at %s/login as %s with %s "
+                    "(shown once: add your own users under Admin, then change or disable this one)",
+                    accounts.FIRST_ADMIN_NAME, where, accounts.FIRST_ADMIN_NAME, shown)
+    if settings.demo:
+        for name in accounts.ensure_demo_users(sessions, clock):
+            log.info("demo: created user %s with password %s", name, accounts.DEMO_PASSWORD)
+    return accounts.server_secret(sessions)
 
 
 def _start(settings: Settings, clock: Clock) -> _Resources:
@@ -60,6 +90,7 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
     engine = make_engine(settings.database_url)
     try:
         sessions = session_factory(engine)
+        session_secret = _set_up_accounts(settings, sessions, clock)
         # Read-only: the store's own delay level table (config/delayLevels.json or RocketMQ's default).
         levels = None if settings.read_only else config_service.stored_delay_levels(sessions)
         store_config = StoreConfig(geometry=settings.geometry(), flush=settings.flush,
@@ -71,18 +102,20 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
         raise
     if settings.read_only:
         log.info("serving the store in %s read-only", settings.store_dir)
-        return _Resources(engine, sessions, store)
+        return _Resources(engine, sessions, store, session_secret)
     try:
         for line in config_service.reconcile_delay_levels(store, sessions):
             log.info("start-up: %s", line)
-        for line in resend_service.reconcile_resends(store, sessions):
+        for line in [*resend_service.reconcile_resends(store, sessions),
+                     *groups_service.reconcile_group_updates(store, sessions),
+                     *topics_service.reconcile_topic_updates(store, sessions)]:
             log.info("start-up: %s", line)
         demo = DemoWorkload(store).start() if settings.demo else None
     except BaseException:
         store.close()
         engine.dispose()
         raise
-    return _Resources(engine, sessions, store, demo)
+    return _Resources(engine, sessions, store, session_secret, demo)
 
 
 def _stop(resources: _Resources) -> None:
@@ -114,6 +147,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         app.state.receive_threads = anyio.CapacityLimiter(settings.max_receives)
         app.state.store = resources.store
         app.state.sessions = resources.sessions
+        app.state.session_secret = resources.session_secret
         try:
             yield
         finally:
@@ -129,14 +163,22 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.receive_gate = PutGate(settings.max_receives, activity="receives")
     app.state.config_lock = threading.Lock()  # one configuration change at a time
     app.state.renderer = Renderer(project_dir() / "templates")
+    app.state.login_limiter = LoginLimiter(settings.failed_logins_per_minute)
     app.state.rates = RateSampler()  # messages/s on the dashboard
     app.state.metrics_registry = metrics_registry(lambda: app.state.store)
     install_error_handlers(app)
-    for module in (health, messages, topics, groups, config_routes, receive, queue_view, timeline, resend,
-                   lookup, docs, metrics_routes, dashboard_page, search_page, message_page, timeline_page,
-                   topics_page, groups_page):
+    for module in (health, auth_routes, accounts_routes, messages, topics, groups, config_routes, receive, queue_view,
+                   timeline, resend, lookup, docs, metrics_routes, dashboard_page, search_page, message_page,
+                   timeline_page, topics_page, groups_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
+    app.add_middleware(SessionCookieMiddleware)
+    app.add_middleware(CrossOriginGuardMiddleware, refuse=_refuse_cross_origin)
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(JsonTwinMiddleware)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.host_names())
     return app
+
+
+def _refuse_cross_origin(scope: Scope, message: str) -> Response:
+    return error_response(Request(scope), 403, message)

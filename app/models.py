@@ -1,8 +1,9 @@
-"""Operator state kept in SQL: delay-level versions and the audit log."""
+"""Operator state kept in SQL: delay-level versions, the audit log, users, API tokens and
+browser sessions."""
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -32,10 +33,61 @@ class AuditEntry(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     at_ms: Mapped[int] = mapped_column(BigInteger, index=True)
-    actor: Mapped[str] = mapped_column(String(255))
+    actor: Mapped[str] = mapped_column(String(255), index=True)
+    role: Mapped[str | None] = mapped_column(String(32), nullable=True)  # the actor's role when it acted
     action: Mapped[str] = mapped_column(String(64))
-    target: Mapped[str] = mapped_column(String(512))
+    target: Mapped[str] = mapped_column(String(512), index=True)
     detail: Mapped[str] = mapped_column(Text, default="{}")  # JSON text
     idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
     outcome: Mapped[str] = mapped_column(String(16), default="pending")  # pending | ok | failed
     outcome_detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)  # the operator's why, or a ticket
+
+
+class User(Base):
+    """A person who signs in to the console."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    role: Mapped[str] = mapped_column(String(32))
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class ApiToken(Base):
+    """A token for scripts, sent as `Authorization: Bearer`; only its SHA-256 is kept."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(32))
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    created_by: Mapped[str] = mapped_column(String(255))
+    expires_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    revoked_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class LoginSession(Base):
+    """A signed-in browser: the session cookie names it; signing out or an expiry ends it."""
+
+    __tablename__ = "login_sessions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    expires_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class ServerSecret(Base):
+    """Secrets the server made for itself once (the session cookie signing key)."""
+
+    __tablename__ = "server_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(255))

@@ -10,7 +10,8 @@ from store.pop import Received
 from store.topics import copy_kind
 
 
-def message_dict(msg: StoredMessage) -> dict:
+def message_dict(msg: StoredMessage, show_body: bool = True) -> dict:
+    """Every field of a stored message; the body only when `show_body` (else body_masked)."""
     body = msg.body
     data = {
         "topic": msg.topic,
@@ -33,10 +34,12 @@ def message_dict(msg: StoredMessage) -> dict:
         "body_crc": msg.body_crc,
         "compressed": msg.compressed,
         "copy": copy_kind(msg.topic),
-        "body_base64": base64.b64encode(body).decode("ascii"),
+        "body_masked": not show_body,
+        "body_base64": base64.b64encode(body).decode("ascii") if show_body else None,
     }
-    with contextlib.suppress(UnicodeDecodeError):
-        data["body_text"] = body.decode("utf-8")
+    if show_body:
+        with contextlib.suppress(UnicodeDecodeError):
+            data["body_text"] = body.decode("utf-8")
     return data
 
 

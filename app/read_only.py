@@ -1,5 +1,6 @@
 """Serving a store read-only: every request that could change something is refused (409)
-before its route runs, so neither the store nor the operator database is touched."""
+before its route runs, so the store is never touched. Signing in and out and managing accounts
+change only the operator database, and stay open."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from fastapi import Request
 from app.services.errors import ConflictError
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+ACCOUNT_PATHS = ("/login", "/logout", "/api/users", "/api/tokens", "/admin/")
 
 
 async def refuse_writes_when_read_only(request: Request) -> None:
     settings = request.app.state.settings
-    if settings.read_only and request.method not in SAFE_METHODS:
+    if settings.read_only and request.method not in SAFE_METHODS and not request.url.path.startswith(ACCOUNT_PATHS):
         raise ConflictError("the console is read-only: it serves its store without changing it, so "
                             f"{request.method} {request.url.path} is refused")

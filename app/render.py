@@ -96,7 +96,9 @@ class Renderer:
         self.env = make_environment(templates_dir)
 
     def _context(self, request: Request, data: dict[str, Any]) -> dict[str, Any]:
-        return {"nav": "", **data, "request": request,
+        principal = getattr(request.state, "principal", None)
+        return {"nav": "", **data, "request": request, "principal": principal,
+                "can": (lambda permission: principal is not None and principal.can(permission)),
                 "read_only": getattr(request.app.state.settings, "read_only", False)}
 
     def page(self, request: Request, template: str, data: dict[str, Any], *, fragment: str | None = None,

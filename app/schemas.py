@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 from store.pop import MAX_INVISIBLE_MS, MAX_MESSAGES, MAX_WAIT_MS, MIN_INVISIBLE_MS
 
 StrictInt = Annotated[int, Field(strict=True)]
+Reason = Annotated[str | None, Field(max_length=2000, description="Why (a sentence or a ticket), for the audit log.")]
 
 
 class Strict(BaseModel):
@@ -93,6 +94,7 @@ class TopicUpdate(Strict):
 
     queues: StrictInt | None = Field(None, description="Queue count, 1 to 1024.")
     perm: StrictInt | None = Field(None, description="Permission bits: 4 read, 2 write (6 = read-write).")
+    reason: Reason = None
 
 
 class TopicResponse(BaseModel):
@@ -130,6 +132,7 @@ class GroupUpdate(Strict):
     message_model: str | None = Field(None, json_schema_extra={"enum": ["clustering", "broadcast"]})
     retry_queues: StrictInt | None = Field(None, description="Queues of the group's retry topic, 1 to 1024.")
     consume_enable: Annotated[bool, Field(strict=True)] | None = None
+    reason: Reason = None
 
 
 # -- messages as stored ------------------------------------------------------------------------
@@ -157,8 +160,10 @@ class MessageOut(BaseModel):
     compressed: bool
     copy_kind: Literal["original", "scheduled", "retry", "dead_letter", "trace"] = Field(
         alias="copy", description="Which copy of the message this record is.")
-    body_base64: str
-    body_text: str | None = Field(None, description="The body as text; null when it is not UTF-8.")
+    body_masked: bool = Field(False, description="True: the caller's role sees bodies masked (viewer); "
+                              "POST /api/messages/{offset_msg_id}/reveal shows it, audited.")
+    body_base64: str | None = Field(description="The body as base64; null when masked.")
+    body_text: str | None = Field(None, description="The body as text; null when it is not UTF-8 or masked.")
 
 
 # -- receiving (pop) ---------------------------------------------------------------------------
@@ -332,7 +337,8 @@ class DelayLevelsOut(BaseModel):
 
 
 class DelayLevelsUpdate(Strict):
-    levels: str = Field(description="Space-separated positive numbers with a unit s, m, h or d.")
+    levels: str = Field(max_length=4000, description="Space-separated positive numbers with a unit s, m, h or d.")
+    reason: Reason = None
 
 
 class HealthResponse(BaseModel):
@@ -361,3 +367,82 @@ class FoundResponse(BaseModel):
                                         "time window): the list is incomplete.")
     searched_topics: list[str] = Field(description="The topics looked in (all of them when none was given).")
     recognised_as: str | None = Field(None, description="What the search box took the query for.")
+
+
+# -- accounts ----------------------------------------------------------------------------------
+RoleName = Literal["viewer", "support", "operator", "admin", "client"]
+
+
+class RevealRequest(Strict):
+    reason: Reason = None
+
+
+class MeResponse(BaseModel):
+    ok: Literal[True] = True
+    name: str
+    role: RoleName | None = Field(description="null: anonymous without the viewer role.")
+    kind: Literal["user", "token", "anonymous", "system"]
+    permissions: list[str]
+
+
+class UserOut(BaseModel):
+    name: str
+    role: RoleName
+    created_at_ms: int
+    disabled: bool
+
+
+class UsersResponse(BaseModel):
+    ok: Literal[True] = True
+    users: list[UserOut]
+
+
+class UserResponse(BaseModel):
+    ok: Literal[True] = True
+    user: UserOut
+
+
+class UserCreate(Strict):
+    name: str = Field(max_length=64, description="1 to 64 letters, digits or . _ @ -")
+    password: str = Field(max_length=256, description="10 to 256 characters.")
+    role: RoleName
+
+
+class UserUpdate(Strict):
+    """Unset fields keep their value; a new password or disabling ends the user's sessions."""
+
+    role: RoleName | None = None
+    password: str | None = Field(None, max_length=256)
+    disabled: Annotated[bool, Field(strict=True)] | None = None
+
+
+class TokenOut(BaseModel):
+    id: int
+    name: str
+    role: RoleName
+    created_at_ms: int
+    created_by: str
+    expires_at_ms: int | None
+    revoked_at_ms: int | None
+
+
+class TokensResponse(BaseModel):
+    ok: Literal[True] = True
+    tokens: list[TokenOut]
+
+
+class TokenCreate(Strict):
+    name: str = Field(max_length=64, description="Recorded as the actor of what the token does.")
+    role: RoleName
+    expires_at_ms: StrictInt | None = Field(None, ge=0, description="Epoch ms; none: never expires.")
+
+
+class TokenCreated(BaseModel):
+    ok: Literal[True] = True
+    token: TokenOut
+    value: str = Field(description="The token itself: shown this once, never again.")
+
+
+class TokenResponse(BaseModel):
+    ok: Literal[True] = True
+    token: TokenOut

@@ -46,7 +46,7 @@ from store.receipt import ReceiptHandleError
 from store.record_builder import NewMessage, RecordBuilder, is_valid_key
 from store.recordio import assign_queue_offsets, put_results
 from store.retention import DEFAULT_RESERVED_HOURS, HOUR_MS, Expiry, RetentionPass, expired_until, expiry_of
-from store.retry import SendBack, route_send_back
+from store.retry import SendBack, origin_topic, route_send_back
 from store.schedule import MAX_DELIVERIES_PER_PASS, DeliveryPass, ScheduleService
 from store.stats import StoreStats
 from store.timer import TimerService
@@ -625,29 +625,45 @@ class MessageStore:
             self._trace(self._send_back_events(original, group, route, result, reason, delay_level, now), now)
             return result, route
 
-    def resend_dead_letter(self, phys_offset: int, actor: str | None = None) -> PutResult:
-        """Put a dead letter back on the topic it was consumed from, as a fresh delivery
-        (reconsume times 0, same body, keys, tags and unique key)."""
+    def resend_dead_letter(self, phys_offset: int, actor: str | None = None, *, topic: str | None = None,
+                           marks: dict[str, str] | None = None, unique_key: str | None = None) -> PutResult:
+        """Put a dead letter back as a fresh delivery (reconsume times 0, same body, keys, tags
+        and unique key) on `topic`: by default the topic it was consumed from (every group), or
+        a retry topic of its group (that group only). `marks` join its properties (what tells
+        which action made it); `unique_key` is given to a dead letter that has none."""
         with self._writing():
             dead = self.read(phys_offset)
             if not topics.is_dlq_topic(dead.topic):
                 raise InvalidMessageError(f"the message at {phys_offset} is in {dead.topic}, not a dead-letter topic")
-            props = dead.properties
-            origin = props.get(topics.DLQ_ORIGIN_TOPIC) or props.get(topics.RETRY_TOPIC) or props.get(topics.REAL_TOPIC)
-            if not origin or topics.is_retry_topic(origin):
+            origin = origin_topic(dead)
+            if origin is None:
                 raise InvalidMessageError(f"the dead letter at {phys_offset} does not say which topic it came from")
+            target = topic or origin
+            if topics.is_dlq_topic(target) or target in (topics.SCHEDULE_TOPIC, topics.TIMER_TOPIC):
+                raise InvalidMessageError(f"a dead letter cannot be resent to {target}")
             dropped = {topics.DELAY, topics.REAL_TOPIC, topics.REAL_QID, topics.WAIT, topics.RETRY_TOPIC,
                        topics.DLQ_ORIGIN_TOPIC, topics.DLQ_ORIGIN_MESSAGE_ID, topics.CLUSTER}
-            kept = {name: value for name, value in props.items() if name not in dropped}
+            kept = {name: value for name, value in dead.properties.items() if name not in dropped}
+            if topics.is_retry_topic(target):
+                kept[topics.RETRY_TOPIC] = origin  # consumers of a retry topic learn the message's own topic
+            if unique_key and not dead.unique_key:
+                kept[topics.UNIQ_KEY] = unique_key
+            kept.update(marks or {})
             kept[topics.CLUSTER] = self.config.cluster
-            form = self.metadata.topic_for_send(origin)
+            form = self.metadata.topic_for_send(target)
             now = self.clock.now_ms()
             queue_id = dead.queue_offset % form.queues
-            result = self._append_planned([self._builder.build_copy(dead, origin, queue_id, 0, kept)], now)[0]
-            why = f"resent from {dead.topic}" + (f" by {actor}" if actor else "")
-            self._trace([TraceEvent(TraceKind.RESENT, dead.unique_key or dead.offset_msg_id, now, result.topic,
-                                    result.queue_id, result.queue_offset, result.offset_msg_id, reason=why)], now)
+            result = self._append_planned([self._builder.build_copy(dead, target, queue_id, 0, kept)], now)[0]
+            why = f"resent from {dead.topic} to {target}" + (f" by {actor}" if actor else "")
+            self._trace([TraceEvent(TraceKind.RESENT, dead.unique_key or unique_key or dead.offset_msg_id, now,
+                                    result.topic, result.queue_id, result.queue_offset, result.offset_msg_id,
+                                    reason=why)], now)
             return result
+
+    def pops(self, group: str, topic: str) -> bool:
+        """The group has received the topic by pop (receive/ack), so its retries take the pop route."""
+        with self._lock:
+            return self.pop.state.get(group, topic) is not None
 
     def _send_back_events(self, original: StoredMessage, group: str, route: SendBack, result: PutResult,
                           reason: str | None, delay_level: int, now: int) -> list[TraceEvent]:

@@ -162,6 +162,7 @@ class PopService:
 
     def _receive_now(self, group: str, topic: str, want: int, invisible_ms: int,
                      accepts: TagFilter) -> tuple[list[Received], bool]:
+        """Copies waiting in the group's pop retry topic (resent dead letters) first, then the topic."""
         store = self._store
         group_config = store.metadata.group(group)
         config = self._readable_topic(topic)
@@ -169,8 +170,22 @@ class PopService:
             raise PopRequestError(f"consumption is disabled for group {group}")
         if config is None:
             return [], False
+        received: list[Received] = []
+        more_to_scan = False
+        retry = store.metadata.topic(topics.pop_retry_topic(group, topic)) if not topics.is_retry_topic(topic) else None
+        for source in (retry, config):
+            if source is None or len(received) == want:
+                continue
+            got, more = self._receive_from(group_config, source, want - len(received), invisible_ms, accepts)
+            received += got
+            more_to_scan = more_to_scan or more
+        return received, more_to_scan
+
+    def _receive_from(self, group_config: GroupConfig, config: TopicConfig, want: int, invisible_ms: int,
+                      accepts: TagFilter) -> tuple[list[Received], bool]:
+        store = self._store
         now = store.clock.now_ms()
-        sub = self.state.subscription(group, topic)
+        sub = self.state.subscription(group_config.name, config.name)
         touched: set[int] = set()
         events: list[TraceEvent] = []
         self._expire(sub, now, group_config, events, touched)
@@ -186,9 +201,10 @@ class PopService:
             self.state_file.mark_changed()
         self._commit(sub, touched | {r.message.queue_id for r in received})
         if self._tracing(sub):
-            events += [TraceEvent(TraceKind.DELIVERED, entry.unique_key, now, topic, entry.queue_id,
-                                  entry.queue_offset, entry.offset_msg_id, group=group, attempt=entry.attempt,
-                                  reconsume_times=entry.attempt - 1, due_ms=entry.due_ms) for entry, _ in taken]
+            events += [TraceEvent(TraceKind.DELIVERED, entry.unique_key, now, config.name, entry.queue_id,
+                                  entry.queue_offset, entry.offset_msg_id, group=group_config.name,
+                                  attempt=entry.attempt, reconsume_times=entry.attempt - 1, due_ms=entry.due_ms)
+                       for entry, _ in taken]
             store._trace(events, now)
         return received, more_to_scan
 

@@ -38,6 +38,16 @@ def with_retry_origin(original: StoredMessage) -> dict[str, str]:
     return props
 
 
+def origin_topic(dead_letter: StoredMessage) -> str | None:
+    """The topic a dead letter was consumed from (not a retry topic it passed through), if it says."""
+    props = dead_letter.properties
+    for name in (topics.DLQ_ORIGIN_TOPIC, topics.RETRY_TOPIC, topics.REAL_TOPIC):
+        value = props.get(name)
+        if value and not topics.is_retry_topic(value):
+            return value
+    return None
+
+
 def route_send_back(original: StoredMessage, group: GroupConfig, delay_level: int = 0,
                     max_reconsume_times: int | None = None, rng: random.Random | None = None,
                     reconsume_times: int | None = None) -> SendBack:

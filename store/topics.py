@@ -35,6 +35,12 @@ def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
 
 
+def pop_retry_topic(group: str, topic: str) -> str:
+    """Where a pop-consuming group's copies to consume again wait (RocketMQ 5's pop retry topic,
+    %RETRY%group_topic): a receive of the topic by the group takes from it too."""
+    return f"{RETRY_PREFIX}{group}_{topic}"
+
+
 def dlq_topic(group: str) -> str:
     return DLQ_PREFIX + group
 

@@ -15,6 +15,8 @@ from typing import IO, TypeVar
 
 import httpx
 
+ADMIN_TOKEN = "live-admin-token-0123456789"  # the bootstrap admin token every test server starts with
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 STARTUP_DEADLINE_S = 60
 STOP_DEADLINE_S = 60
 
@@ -49,7 +51,9 @@ class LiveServer:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.args = args
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("MQLENS_")}
+        self.env["MQLENS_BOOTSTRAP_ADMIN_TOKEN"] = ADMIN_TOKEN
         self.env.update({f"MQLENS_{k.upper()}": str(v) for k, v in (settings or {}).items()})
+        self.admin_headers = ADMIN_HEADERS
         self._log: IO[str] = log_path.open("a+")
         self.proc: subprocess.Popen | None = None
 
@@ -61,6 +65,10 @@ class LiveServer:
             stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=self.data_dir.parent)
         wait_until(self.healthy, deadline_s, f"{self.base_url}/healthz")
         return self
+
+    def client(self, **kwargs) -> httpx.Client:
+        """A client of this server that sends the admin token."""
+        return httpx.Client(base_url=self.base_url, headers=self.admin_headers, **{"timeout": 30, **kwargs})
 
     def log_text(self) -> str:
         self._log.flush()

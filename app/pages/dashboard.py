@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 
 from app.deps import StoreDep
 from app.pages import RendererDep
+from app.security import READ
 from app.services.store_status import store_status
 
 router = APIRouter(include_in_schema=False)
@@ -23,7 +24,7 @@ def dashboard_data(request: Request, store) -> dict:
             "refresh_seconds": REFRESH_SECONDS}
 
 
-@router.get("/")
-@router.get("/dashboard")
+@router.get("/", dependencies=[READ])
+@router.get("/dashboard", dependencies=[READ])
 def dashboard_page(request: Request, store: StoreDep, renderer: RendererDep):
     return renderer.page(request, "dashboard/dashboard.html", dashboard_data(request, store), fragment="cards")

@@ -9,17 +9,18 @@ from fastapi import APIRouter, Request
 from app.deps import StoreDep
 from app.pages import RendererDep
 from app.pages.topics import topic_url
+from app.security import READ
 from app.services.group_status import group_detail, group_rows
 
 router = APIRouter(include_in_schema=False)
 
 
-@router.get("/groups")
+@router.get("/groups", dependencies=[READ])
 def groups_page(request: Request, store: StoreDep, renderer: RendererDep):
     return renderer.page(request, "groups/groups.html", {"nav": "groups", "groups": group_rows(store)})
 
 
-@router.get("/groups/{group}")
+@router.get("/groups/{group}", dependencies=[READ])
 def group_page(group: str, request: Request, store: StoreDep, renderer: RendererDep):
     data = group_detail(store, group, request.app.state.clock.now_ms())
     dlq = data["dead_letters"]["topic"]

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Literal, get_args
+from collections.abc import Callable
+from typing import Annotated, Literal, get_args
 
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import RedirectResponse, Response
 
-from app.deps import StoreDep
+from app.deps import ClockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
 from app.presenters import message_dict, message_summary
-from app.services import lookup
-from app.services.errors import InvalidRequestError
+from app.security import READ, BodyPolicy, Reader
+from app.services import lookup, reveal
+from app.services.audit import MAX_REASON
+from app.services.errors import ForbiddenError, InvalidRequestError
 from store.codec import StoredMessage
 from store.message_store import MessageStore
 
@@ -72,14 +75,16 @@ def other_copies(store: MessageStore, msg: StoredMessage) -> list[dict]:
     return [message_summary(m) for m in copies if m.phys_offset != msg.phys_offset]
 
 
-def message_data(store: MessageStore, offset_msg_id: str) -> dict:
+def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[StoredMessage], bool]) -> dict:
     msg = lookup.by_offset_id(store, offset_msg_id)
-    data = message_dict(msg)
+    data = message_dict(msg, show_body=False)
     data.pop("body_base64")
-    data.pop("body_text", None)
+    data.pop("body_masked")
+    masked = not show(msg)
     return {
         "message": data,
-        "body": body_views(msg.body),
+        "body": {"masked": True, "size": len(msg.body)} if masked else {"masked": False, **body_views(msg.body)},
+        "reveal_url": f"/messages/{msg.offset_msg_id}/reveal",
         "copies": other_copies(store, msg),
         "permalink": f"/messages/{msg.offset_msg_id}",
         "timeline_url": f"/messages/{msg.unique_key or msg.offset_msg_id}/timeline",
@@ -87,20 +92,33 @@ def message_data(store: MessageStore, offset_msg_id: str) -> dict:
     }
 
 
-@router.get("/messages/{offset_msg_id}")
-def message_page(offset_msg_id: str, request: Request, store: StoreDep, renderer: RendererDep,
+@router.get("/messages/{offset_msg_id}", dependencies=[READ])
+def message_page(offset_msg_id: str, request: Request, store: StoreDep, renderer: RendererDep, show: BodyPolicy,
                  view: str | None = None):
     if view is not None and view not in VIEWS:
         raise InvalidRequestError(f"unknown body view {view[:20]!r}: use one of {', '.join(VIEWS)}")
-    data = message_data(store, offset_msg_id)
-    chosen = view or data["body"]["best"]
+    data = message_data(store, offset_msg_id, show)
+    chosen = view or data["body"].get("best", "text")
     return renderer.page(request, "messages/message.html", {**data, "view": chosen, "nav": "search"},
                          fragment="body_view")
 
 
-@router.get("/messages/{offset_msg_id}/body")
-def message_body(offset_msg_id: str, store: StoreDep) -> Response:
+@router.post("/messages/{offset_msg_id}/reveal")
+def reveal_page(offset_msg_id: str, store: StoreDep, sessions: SessionsDep, clock: ClockDep, reader: Reader,
+                show: BodyPolicy, reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None) -> Response:
+    """Show a masked body: recorded in the audit log, then the message page shows it for a while."""
+    msg = lookup.by_offset_id(store, offset_msg_id)
+    if not show(msg):
+        reveal.reveal(sessions, clock, msg, actor=reader, reason=reason)
+    return RedirectResponse(f"/messages/{msg.offset_msg_id}", status_code=303)
+
+
+@router.get("/messages/{offset_msg_id}/body", dependencies=[READ])
+def message_body(offset_msg_id: str, store: StoreDep, show: BodyPolicy) -> Response:
     """The whole body, as stored (decompressed), for download."""
     msg = lookup.by_offset_id(store, offset_msg_id)
+    if not show(msg):
+        raise ForbiddenError("your role sees message bodies masked: reveal the body on the message page first "
+                             "(the reveal is recorded in the audit log)")
     return Response(msg.body, media_type="application/octet-stream",
                     headers={"Content-Disposition": f'attachment; filename="{msg.offset_msg_id}.bin"'})

@@ -13,6 +13,7 @@ from app.deps import StoreDep
 from app.pages import RendererDep
 from app.pages.params import as_form_time, optional_int, optional_time_ms
 from app.presenters import message_summary
+from app.security import READ
 from app.services import lookup
 from app.services.errors import InvalidRequestError
 from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MAX_QUERY_RESULTS
@@ -75,7 +76,7 @@ def search_data(store, q: str | None, topic: str | None, begin: int | None, end:
     return data
 
 
-@router.get("/search")
+@router.get("/search", dependencies=[READ])
 def search_page(request: Request, store: StoreDep, renderer: RendererDep, q: str | None = None,
                 topic: str | None = None, begin: str | None = None, end: str | None = None,
                 max: str | None = None, cursor: str | None = None):

@@ -9,6 +9,7 @@ from app.deps import StoreDep
 from app.pages import RendererDep
 from app.pages.timeline_svg import timeline_layout
 from app.presenters import message_summary
+from app.security import READ
 from app.services import timeline as service
 from app.services.timeline import MessageTimeline
 from store import topics
@@ -45,7 +46,7 @@ def timeline_data(store: MessageStore, message_id: str) -> dict:
     }
 
 
-@router.get("/messages/{message_id}/timeline")
+@router.get("/messages/{message_id}/timeline", dependencies=[READ])
 def timeline_page(message_id: str, request: Request, store: StoreDep, renderer: RendererDep):
     data = timeline_data(store, message_id)
     return renderer.page(request, "messages/timeline.html", {**data, "nav": "search"})

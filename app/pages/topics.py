@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from app.deps import StoreDep
 from app.pages import RendererDep
 from app.pages.params import as_form_time, optional_int, optional_time_ms
+from app.security import READ
 from app.services.errors import InvalidRequestError
 from app.services.queue_browser import QueuePage, browse_queue
 from app.services.topic_overview import list_topic_rows, topic_detail, topic_kind
@@ -63,12 +64,12 @@ def queue_page_data(page: QueuePage) -> dict:
     }
 
 
-@router.get("/topics")
+@router.get("/topics", dependencies=[READ])
 def topics_page(request: Request, store: StoreDep, renderer: RendererDep):
     return renderer.page(request, "topics/topics.html", {"nav": "topics", "topics": list_topic_rows(store)})
 
 
-@router.get("/topics/{topic}")
+@router.get("/topics/{topic}", dependencies=[READ])
 def topic_page(topic: str, request: Request, store: StoreDep, renderer: RendererDep):
     data = topic_detail(store, topic, request.app.state.clock.now_ms())
     for q in data["queues"]:
@@ -77,7 +78,7 @@ def topic_page(topic: str, request: Request, store: StoreDep, renderer: Renderer
     return renderer.page(request, "topics/topic.html", {"nav": "topics", "topic": data})
 
 
-@router.get("/topics/{topic}/queues/{queue_id}")
+@router.get("/topics/{topic}/queues/{queue_id}", dependencies=[READ])
 def queue_page(topic: str, queue_id: str, request: Request, store: StoreDep, renderer: RendererDep,
                offset: str | None = None, max: str | None = None, at: str | None = None):
     queue = optional_int(queue_id, "queue id")

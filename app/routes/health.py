@@ -1,10 +1,12 @@
-"""GET /healthz: the server is up and its store is open."""
+"""GET /healthz: the server is up and its store is open; and the console's icon."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
+from fastapi.responses import FileResponse
 
 from app.deps import StoreDep
+from app.render import project_dir
 from app.schemas import HealthResponse
 
 router = APIRouter(tags=["health"])
@@ -13,3 +15,10 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz", response_model=HealthResponse)
 async def healthz(store: StoreDep) -> HealthResponse:
     return HealthResponse()
+
+
+@router.get("/favicon.ico", include_in_schema=False)
+def favicon() -> FileResponse:
+    """Browsers ask for /favicon.ico on their own: the console's icon (an SVG)."""
+    return FileResponse(project_dir() / "static" / "favicon.svg", media_type="image/svg+xml",
+                        headers={"Cache-Control": "public, max-age=86400"})

@@ -6,11 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from app.deps import StoreDep
+from app.deps import ClockDep, SessionsDep, StoreDep
 from app.presenters import message_dict
 from app.routes import error_responses
-from app.schemas import FoundResponse, MessageResponse
-from app.services import lookup
+from app.schemas import FoundResponse, MessageResponse, RevealRequest
+from app.security import READ, BodyPolicy, Reader
+from app.services import lookup, reveal
 from app.services.lookup import Found
 from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MAX_QUERY_RESULTS
 
@@ -23,44 +24,60 @@ End = Annotated[int, Query(ge=0, description="Stored at or before (epoch ms).")]
 Max = Annotated[int, Query(ge=1, le=MAX_QUERY_RESULTS, description="Messages at most.")]
 
 
-def _found(found: Found) -> dict:
-    return {"ok": True, "messages": [message_dict(m) for m in found.messages], "truncated": found.truncated,
+def _found(found: Found, show: BodyPolicy) -> dict:
+    return {"ok": True, "messages": [message_dict(m, show(m)) for m in found.messages], "truncated": found.truncated,
             "searched_topics": found.searched_topics, "recognised_as": found.recognised_as or None}
 
 
-@router.get("/api/messages/by-id/{offset_msg_id}", response_model=MessageResponse,
+@router.get("/api/messages/by-id/{offset_msg_id}", dependencies=[READ], response_model=MessageResponse,
             responses=error_responses(400, 404))
-def by_id(offset_msg_id: str, store: StoreDep) -> dict:
+def by_id(offset_msg_id: str, store: StoreDep, show: BodyPolicy) -> dict:
     """The message an offset message id names (32 or 56 hex characters)."""
-    return {"ok": True, "message": message_dict(lookup.by_offset_id(store, offset_msg_id))}
+    msg = lookup.by_offset_id(store, offset_msg_id)
+    return {"ok": True, "message": message_dict(msg, show(msg))}
 
 
-@router.get("/api/messages/by-key", response_model=FoundResponse, responses=error_responses(400, 422))
-def by_key(store: StoreDep, key: Annotated[str, Query(description="A business key (KEYS).")], topic: TopicFilter = None,
-           begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
-    """Messages whose keys hold `key`, newest first."""
-    return _found(lookup.by_key(store, key, topic, begin, end, max))
+@router.post("/api/messages/{offset_msg_id}/reveal", response_model=MessageResponse,
+             responses=error_responses(400, 404, 422))
+def reveal_body(offset_msg_id: str, store: StoreDep, sessions: SessionsDep, clock: ClockDep, reader: Reader,
+                show: BodyPolicy, body: RevealRequest | None = None) -> dict:
+    """The message with its body, for a role that sees bodies masked (viewer): the reveal is an
+    audit row, and the body stays shown to this caller for 15 minutes."""
+    msg = lookup.by_offset_id(store, offset_msg_id)
+    if not show(msg):
+        reveal.reveal(sessions, clock, msg, actor=reader, reason=body.reason if body else None)
+    return {"ok": True, "message": message_dict(msg, True)}
 
 
-@router.get("/api/messages/by-unique-key/{unique_key}", response_model=FoundResponse,
+@router.get("/api/messages/by-key", dependencies=[READ], response_model=FoundResponse,
             responses=error_responses(400, 422))
-def by_unique_key(unique_key: str, store: StoreDep, topic: TopicFilter = None, begin: Begin = 0,
+def by_key(store: StoreDep, show: BodyPolicy, key: Annotated[str, Query(description="A business key (KEYS).")],
+           topic: TopicFilter = None, begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
+    """Messages whose keys hold `key`, newest first."""
+    return _found(lookup.by_key(store, key, topic, begin, end, max), show)
+
+
+@router.get("/api/messages/by-unique-key/{unique_key}", dependencies=[READ], response_model=FoundResponse,
+            responses=error_responses(400, 422))
+def by_unique_key(unique_key: str, store: StoreDep, show: BodyPolicy, topic: TopicFilter = None, begin: Begin = 0,
                   end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
     """Every copy of a message (original, scheduled, retry, dead letter), newest first."""
-    return _found(lookup.by_unique_key(store, unique_key, topic, begin, end, max))
+    return _found(lookup.by_unique_key(store, unique_key, topic, begin, end, max), show)
 
 
-@router.get("/api/topics/{topic}/queues/{queue_id}/messages/{queue_offset}", response_model=MessageResponse,
+@router.get("/api/topics/{topic}/queues/{queue_id}/messages/{queue_offset}", dependencies=[READ],
+            response_model=MessageResponse,
             responses=error_responses(400, 404, 422))
-def by_queue_offset(topic: str, store: StoreDep, queue_id: Annotated[int, Path(ge=0)],
+def by_queue_offset(topic: str, store: StoreDep, show: BodyPolicy, queue_id: Annotated[int, Path(ge=0)],
                     queue_offset: Annotated[int, Path(ge=0)]) -> dict:
     """The message at one queue offset."""
-    return {"ok": True, "message": message_dict(lookup.by_queue_offset(store, topic, queue_id, queue_offset))}
+    msg = lookup.by_queue_offset(store, topic, queue_id, queue_offset)
+    return {"ok": True, "message": message_dict(msg, show(msg))}
 
 
-@router.get("/api/search", response_model=FoundResponse, responses=error_responses(400, 404, 422))
-def search(store: StoreDep, q: Annotated[str, Query(description="An offset message id, a unique key, a key, or "
-                                                    "topic:queue:offset.")],
+@router.get("/api/search", dependencies=[READ], response_model=FoundResponse, responses=error_responses(400, 404, 422))
+def search(store: StoreDep, show: BodyPolicy,
+           q: Annotated[str, Query(description="An offset message id, a unique key, a key, or topic:queue:offset.")],
            topic: TopicFilter = None, begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
     """One search box: recognises what it was given and looks it up."""
-    return _found(lookup.search(store, q, topic, begin, end, max))
+    return _found(lookup.search(store, q, topic, begin, end, max), show)

@@ -8,13 +8,14 @@ from starlette.concurrency import run_in_threadpool
 from app.deps import PutGateDep, StoreDep
 from app.routes import error_responses
 from app.schemas import ProduceBody, ProduceMessage, ProduceResponse, PutResultOut
+from app.security import MESSAGING
 from app.services import messages
 from app.services.messages import MessageInput
 
 router = APIRouter(tags=["messages"])
 
 
-@router.post("/api/topics/{topic}/messages", response_model=ProduceResponse,
+@router.post("/api/topics/{topic}/messages", response_model=ProduceResponse, dependencies=[MESSAGING],
              responses=error_responses(400, 403, 422, 429))
 async def produce(topic: str, body: ProduceBody, store: StoreDep, gate: PutGateDep) -> ProduceResponse:
     """Put one message (a JSON object) or up to 1000 (a JSON list), all or none.

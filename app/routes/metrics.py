@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from app.security import READ
 from app.services.metrics import CONTENT_TYPE, exposition
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/metrics", response_class=Response,
+@router.get("/metrics", dependencies=[READ], response_class=Response,
             responses={200: {"content": {CONTENT_TYPE.split(";")[0]: {}},
                              "description": "Prometheus text exposition format 0.0.4."}})
 def metrics(request: Request) -> Response:

@@ -11,16 +11,17 @@ from app.deps import StoreDep
 from app.presenters import message_dict
 from app.routes import error_responses
 from app.schemas import OffsetResponse, OffsetUpdate, QueueMessagesResponse
+from app.security import MESSAGING, READ, BodyPolicy
 from app.services import queue_view
 from store.pull import MAX_PULL_MESSAGES
 
 router = APIRouter(tags=["consuming"])
 
 
-@router.get("/api/topics/{topic}/queues/{queue_id}/messages", response_model=QueueMessagesResponse,
+@router.get("/api/topics/{topic}/queues/{queue_id}/messages", dependencies=[READ], response_model=QueueMessagesResponse,
             responses=error_responses(400, 404, 422))
 def read_queue(
-    topic: str, store: StoreDep,
+    topic: str, store: StoreDep, show: BodyPolicy,
     queue_id: Annotated[int, Path(ge=0)],
     offset: Annotated[int | None, Query(ge=0, description="First queue offset to read; default: the group's "
                                         "committed offset, else the queue's first message.")] = None,
@@ -34,10 +35,11 @@ def read_queue(
     window = queue_view.read_queue(store, topic, queue_id, offset, max, tags, group)
     return {"ok": True, "topic": window.topic, "queue_id": window.queue_id, "offset": window.offset,
             "next_offset": window.next_offset, "min_offset": window.min_offset, "max_offset": window.max_offset,
-            "messages": [message_dict(m) for m in window.messages]}
+            "messages": [message_dict(m, show(m)) for m in window.messages]}
 
 
-@router.put("/api/groups/{group}/offsets", response_model=OffsetResponse, responses=error_responses(400, 404, 422))
+@router.put("/api/groups/{group}/offsets", response_model=OffsetResponse, dependencies=[MESSAGING],
+            responses=error_responses(400, 404, 422))
 def commit_offset(group: str, body: OffsetUpdate, store: StoreDep) -> OffsetResponse:
     """Set the next offset the group consumes from one queue (0 to the queue's max offset): a
     pull consumer's commit, or an operator's reset. Pop-style receive keeps its own position and

@@ -21,9 +21,10 @@ from app.schemas import (
     ReceiveRequest,
     ReceiveResponse,
 )
+from app.security import MESSAGING
 from app.services import receive as service
 
-router = APIRouter(tags=["consuming"])
+router = APIRouter(tags=["consuming"], dependencies=[MESSAGING])
 
 
 @router.post("/api/groups/{group}/receive", response_model=ReceiveResponse,

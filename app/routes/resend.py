@@ -6,9 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header
 
-from app.deps import ActorDep, ClockDep, SessionsDep, StoreDep
+from app.deps import ClockDep, SessionsDep, StoreDep
 from app.routes import error_responses
 from app.schemas import PutResultOut, ResendResponse
+from app.security import Resender
 from app.services import resend as service
 
 router = APIRouter(tags=["dead letters"])
@@ -16,7 +17,7 @@ router = APIRouter(tags=["dead letters"])
 
 @router.post("/api/messages/{offset_msg_id}/resend", response_model=ResendResponse,
              responses=error_responses(400, 404, 409))
-def resend(offset_msg_id: str, store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: ActorDep,
+def resend(offset_msg_id: str, store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Resender,
            idempotency_key: Annotated[str | None, Header(description="Repeat-safe: a request repeated with the "
                                                          "same key resends once and gets the first answer.")] = None,
            ) -> ResendResponse:

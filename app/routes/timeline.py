@@ -7,13 +7,14 @@ from fastapi import APIRouter
 from app.deps import StoreDep
 from app.routes import error_responses
 from app.schemas import TimelineResponse
+from app.security import READ
 from app.services import timeline as service
 from app.services.errors import NotFoundError
 
 router = APIRouter(tags=["messages"])
 
 
-@router.get("/api/messages/{message_id}/timeline", response_model=TimelineResponse,
+@router.get("/api/messages/{message_id}/timeline", dependencies=[READ], response_model=TimelineResponse,
             response_model_exclude_none=True, responses=error_responses(400, 404))
 def timeline(message_id: str, store: StoreDep) -> dict:
     """Every recorded event of a message, oldest first, across its copies (original, scheduled,

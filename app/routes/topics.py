@@ -4,22 +4,26 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.deps import StoreDep
+from app.deps import ClockDep, SessionsDep, StoreDep
 from app.routes import error_responses
 from app.schemas import TopicOut, TopicResponse, TopicsResponse, TopicUpdate
+from app.security import READ, Configurer
 from app.services import topics
 
 router = APIRouter(tags=["topics"])
 
 
-@router.get("/api/topics", response_model=TopicsResponse)
+@router.get("/api/topics", dependencies=[READ], response_model=TopicsResponse)
 def list_topics(store: StoreDep) -> TopicsResponse:
     """Every topic (system topics too) with its queue count, permission and per-queue offsets."""
     return TopicsResponse(topics=[TopicOut.model_validate(t, from_attributes=True) for t in topics.list_topics(store)])
 
 
 @router.put("/api/topics/{topic}", response_model=TopicResponse, responses=error_responses(400, 403, 422))
-def put_topic(topic: str, update: TopicUpdate, store: StoreDep) -> TopicResponse:
-    """Create a topic or change its queue count or permission (unset fields keep their value)."""
-    view, created = topics.put_topic(store, topic, queues=update.queues, perm=update.perm)
+def put_topic(topic: str, update: TopicUpdate, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+              actor: Configurer) -> TopicResponse:
+    """Create a topic or change its queue count or permission (unset fields keep their value).
+    Needs the operator role; audited with the settings before and after."""
+    view, created = topics.put_topic(store, sessions, clock, topic, actor=actor, queues=update.queues,
+                                     perm=update.perm, reason=update.reason)
     return TopicResponse(created=created, topic=TopicOut.model_validate(view, from_attributes=True))

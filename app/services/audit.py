@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.models import AuditEntry
+from app.roles import Principal
 from app.services.errors import ConflictError, InvalidRequestError
 from store.clock import Clock
 
@@ -30,7 +31,7 @@ class ActionResult:
 
 def _replay(entry: AuditEntry, action: str, target: str, request: dict) -> ActionResult:
     detail = json.loads(entry.detail)
-    if entry.action != action or entry.target != target or detail.get("request") != request:
+    if entry.action != action or entry.target != target[:512] or detail.get("request") != request:
         raise ConflictError("this idempotency key was already used for a different request")
     if entry.outcome == PENDING:
         raise ConflictError("a request with this idempotency key is still in progress")
@@ -44,9 +45,37 @@ def _find(sessions: sessionmaker[Session], key: str) -> AuditEntry | None:
         return s.scalars(select(AuditEntry).where(AuditEntry.idempotency_key == key)).first()
 
 
-def perform(sessions: sessionmaker[Session], clock: Clock, *, actor: str, action: str, target: str, request: dict,
-            intent: Callable[[Session], dict], act: Callable[[dict], dict | None],
-            undo: Callable[[Session, dict], None] | None = None, idempotency_key: str | None = None) -> ActionResult:
+MAX_REASON = 2000
+
+
+def checked_reason(reason: str | None) -> str | None:
+    """The operator's why (a sentence or a ticket), bounded; blank is none."""
+    if reason is None or not reason.strip():
+        return None
+    if len(reason) > MAX_REASON:
+        raise InvalidRequestError(f"a reason has at most {MAX_REASON} characters")
+    return reason.strip()
+
+
+def _new_entry(clock: Clock, actor: Principal, action: str, target: str, detail: dict, *, outcome: str,
+               reason: str | None, idempotency_key: str | None = None) -> AuditEntry:
+    return AuditEntry(at_ms=clock.now_ms(), actor=actor.name, role=actor.role.value if actor.role else None,
+                      action=action, target=target[:512], detail=json.dumps(detail), idempotency_key=idempotency_key,
+                      outcome=outcome, reason=checked_reason(reason))
+
+
+def record(session: Session, clock: Clock, *, actor: Principal, action: str, target: str, detail: dict,
+           reason: str | None = None, outcome: str = OK) -> AuditEntry:
+    """An action done within this transaction (a user added, a body revealed): one finished row."""
+    entry = _new_entry(clock, actor, action, target, detail, outcome=outcome, reason=reason)
+    session.add(entry)
+    return entry
+
+
+def perform(sessions: sessionmaker[Session], clock: Clock, *, actor: Principal, action: str, target: str,
+            request: dict, intent: Callable[[Session], dict], act: Callable[[dict], dict | None],
+            undo: Callable[[Session, dict], None] | None = None, idempotency_key: str | None = None,
+            reason: str | None = None) -> ActionResult:
     """Record the intent (intent(session) adds its rows, returns what it decided) with a pending
     audit row, run act(decided), then record the outcome; what act returns (a dict, e.g. the new
     copy a resend made) joins the recorded result. When act raises, undo(session, decided)
@@ -59,9 +88,8 @@ def perform(sessions: sessionmaker[Session], clock: Clock, *, actor: str, action
             return _replay(earlier, action, target, request)
     try:
         with sessions.begin() as s:
-            entry = AuditEntry(at_ms=clock.now_ms(), actor=actor, action=action, target=target,
-                               detail=json.dumps({"request": request}), idempotency_key=idempotency_key,
-                               outcome=PENDING)
+            entry = _new_entry(clock, actor, action, target, {"request": request}, outcome=PENDING, reason=reason,
+                               idempotency_key=idempotency_key)
             s.add(entry)
             decided = intent(s)
             entry.detail = json.dumps({"request": request, "result": decided})

@@ -9,6 +9,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.models import AuditEntry, ConfigVersion
+from app.roles import Principal
 from app.services import audit
 from app.services.errors import InvalidRequestError
 from store.clock import Clock
@@ -46,7 +47,8 @@ def get_delay_levels(store: MessageStore, sessions: sessionmaker[Session]) -> De
 
 
 def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, levels: str, *,
-                     actor: str, lock: threading.Lock, idempotency_key: str | None = None) -> DelayLevelsView:
+                     actor: Principal, lock: threading.Lock, idempotency_key: str | None = None,
+                     reason: str | None = None) -> DelayLevelsView:
     """Record a new version of the table (with its audit entry), then make the store use it.
     `lock` serializes changes, so the store always ends on the newest version."""
     try:
@@ -58,7 +60,7 @@ def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock
         version = (s.scalar(select(func.max(ConfigVersion.version)).where(ConfigVersion.kind == DELAY_LEVELS))
                    or 0) + 1
         s.add(ConfigVersion(kind=DELAY_LEVELS, version=version, value=levels, created_at_ms=clock.now_ms(),
-                            actor=actor))
+                            actor=actor.name))
         return {"version": version}
 
     def act(decided: dict) -> None:
@@ -74,7 +76,7 @@ def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock
             return current
         done = audit.perform(sessions, clock, actor=actor, action=SET_DELAY_LEVELS, target=DELAY_LEVELS,
                              request={"levels": levels}, intent=intent, act=act, undo=undo,
-                             idempotency_key=idempotency_key)
+                             idempotency_key=idempotency_key, reason=reason)
     return DelayLevelsView(levels, done.result["version"])
 
 

@@ -21,3 +21,7 @@ class NotFoundError(ServiceError):
 
 class ConflictError(ServiceError):
     """The request conflicts with the current state (an idempotency key reused for another request...)."""
+
+
+class AuthenticationError(ServiceError):
+    """Nobody known makes the request: no credentials, a bad token, an ended session."""

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.models import AuditEntry
+from app.roles import Principal
+from app.services import audit
+from store.clock import Clock
 from store.message_store import MessageStore
 from store.metadata import GroupConfig
+
+UPDATE_GROUP = "update_group"
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,33 @@ def get_group(store: MessageStore, name: str) -> GroupView:
     return _view(config, any(g.name == name for g in store.metadata.groups()))
 
 
-def put_group(store: MessageStore, name: str, **changes) -> GroupView:
-    """Create or change a group: unset (None) settings keep their value."""
-    config = store.metadata.update_group(name, **{k: v for k, v in changes.items() if v is not None})
-    return _view(config, True)
+def put_group(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, name: str, *, actor: Principal,
+              reason: str | None = None, **changes) -> GroupView:
+    """Create or change a group: unset (None) settings keep their value. Audited with the
+    settings before and after."""
+    changed = {k: v for k, v in changes.items() if v is not None}
+    before = get_group(store, name)  # checks the name
+
+    def act(decided: dict) -> dict:
+        after = _view(store.metadata.update_group(name, **changed), True)
+        return {"after": asdict(after)}
+
+    done = audit.perform(sessions, clock, actor=actor, action=UPDATE_GROUP, target=f"group:{name}",
+                         request={"changes": changed}, intent=lambda s: {"before": asdict(before)}, act=act,
+                         reason=reason)
+    return GroupView(**done.result["after"])
+
+
+def reconcile_group_updates(store: MessageStore, sessions: sessionmaker[Session]) -> list[str]:
+    """At start-up: a group change a crash cut is ok when the group has the settings it asked for."""
+
+    def settle(entry: AuditEntry, detail: dict) -> audit.Settlement:
+        name = entry.target.removeprefix("group:")
+        now = asdict(get_group(store, name))
+        asked = detail.get("request", {}).get("changes", {})
+        if now["configured"] and all(now.get(k) == v for k, v in asked.items()):
+            return audit.OK, "completed before a restart", {"after": now}
+        return audit.FAILED, "interrupted before the group was changed", None
+
+    with sessions.begin() as s:
+        return audit.settle_pending(s, UPDATE_GROUP, settle)

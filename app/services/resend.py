@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.models import AuditEntry
+from app.roles import Principal
 from app.services import audit, lookup
 from app.services.errors import InvalidRequestError, NotFoundError
 from store import topics
@@ -42,7 +43,7 @@ def _dead_letter(store: MessageStore, offset_msg_id: str) -> StoredMessage:
 
 
 def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, offset_msg_id: str, *,
-           actor: str, idempotency_key: str | None = None) -> Resent:
+           actor: Principal, idempotency_key: str | None = None) -> Resent:
     """Put the dead letter back on its original topic (a fresh delivery, same unique key)."""
     dead = _dead_letter(store, offset_msg_id)
     request = {"offset_msg_id": dead.offset_msg_id}
@@ -51,7 +52,7 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, o
         return {"dead_letter_topic": dead.topic}
 
     def act(decided: dict) -> dict:
-        return {"resent": copy_facts(store.resend_dead_letter(dead.phys_offset, actor=actor))}
+        return {"resent": copy_facts(store.resend_dead_letter(dead.phys_offset, actor=actor.name))}
 
     done = audit.perform(sessions, clock, actor=actor, action=RESEND_DEAD_LETTER, target=dead.offset_msg_id,
                          request=request, intent=intent, act=act, idempotency_key=idempotency_key)

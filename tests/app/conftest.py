@@ -17,9 +17,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.config import Settings
 from app.main import create_app
 from app.models import AuditEntry
+from app.services.accounts import ADD_USER, CREATE_TOKEN, REVOKE_TOKEN, UPDATE_USER
 from store.clock import FakeClock
 from store.message_store import MessageStore, StoreConfig
 
+ADMIN_TOKEN = "test-admin-token-0123456789"
+TEST_HOST = "mqlens.test"
 SMALL_GEOMETRY = {"commitlog_file_size": 256 * 1024, "cq_file_size": 20 * 512, "index_slots": 64,
                   "index_entries": 1024}
 
@@ -30,7 +33,8 @@ def anyio_backend() -> str:
 
 
 def make_settings(data_dir: Path, **overrides) -> Settings:
-    values = {"data_dir": data_dir, "flush": "sync", "schedule_interval_ms": 0, **SMALL_GEOMETRY}
+    values = {"data_dir": data_dir, "flush": "sync", "schedule_interval_ms": 0, "allowed_hosts": TEST_HOST,
+              "bootstrap_admin_token": ADMIN_TOKEN, "admin_password": "first-admin-password", **SMALL_GEOMETRY}
     values.update(overrides)
     return Settings(**values)
 
@@ -68,12 +72,19 @@ def check_store(settings: Settings) -> None:
         assert report.ok, report.problems
 
 
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
 @asynccontextmanager
-async def running(settings: Settings, clock: FakeClock | None = None) -> AsyncIterator[Running]:
+async def running(settings: Settings, clock: FakeClock | None = None, *, as_admin: bool = True
+                  ) -> AsyncIterator[Running]:
+    """The app with its lifespan run; the client sends the bootstrap admin token unless `as_admin` is false."""
     app = create_app(settings, clock)
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport,
-                                                                   base_url="http://mqlens.test") as client:
+    headers = bearer(ADMIN_TOKEN) if as_admin else {}
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url=f"http://{TEST_HOST}",
+                                                                   headers=headers) as client:
         yield Running(app, client, settings)
     check_store(settings)
 
@@ -104,7 +115,17 @@ async def put_messages(api: Running, topic: str, messages: dict | list[dict]) ->
     return r.json()["results"]
 
 
-def audit_rows(sessions: sessionmaker[Session]) -> list[AuditEntry]:
-    """Every audit entry, oldest first."""
+ACCOUNT_ACTIONS = (ADD_USER, UPDATE_USER, CREATE_TOKEN, REVOKE_TOKEN)
+
+
+def audit_rows(sessions: sessionmaker[Session], *, accounts: bool = False, action: str | None = None
+               ) -> list[AuditEntry]:
+    """Every audit entry (of `action`), oldest first; without the account changes (the bootstrap
+    token and the first admin every test server makes at start) unless `accounts`."""
+    query = select(AuditEntry).order_by(AuditEntry.id)
+    if action is not None:
+        query = query.where(AuditEntry.action == action)
+    elif not accounts:
+        query = query.where(AuditEntry.action.not_in(ACCOUNT_ACTIONS))
     with sessions() as s:
-        return list(s.scalars(select(AuditEntry).order_by(AuditEntry.id)))
+        return list(s.scalars(query))

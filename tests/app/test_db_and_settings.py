@@ -15,7 +15,15 @@ from sqlalchemy.exc import IntegrityError
 
 from app.cli import main
 from app.config import Settings
-from app.db import MIGRATIONS_DIR, alembic_config, current_revision, make_engine, migrate, session_factory
+from app.db import (
+    MIGRATIONS_DIR,
+    alembic_config,
+    current_revision,
+    head_revision,
+    make_engine,
+    migrate,
+    session_factory,
+)
 from app.models import AuditEntry, Base, ConfigVersion
 from store.geometry import DEFAULT_COMMITLOG_FILE_SIZE
 
@@ -57,7 +65,7 @@ def test_migrations_build_the_models_schema(tmp_path):
     url = f"sqlite:///{tmp_path / 'sub' / 'op.db'}"
     migrate(url)
     migrate(url)  # again: nothing to do
-    assert current_revision(url) == "0001"
+    assert current_revision(url) == head_revision()
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
@@ -78,7 +86,7 @@ def test_migrations_go_down_and_up_again(tmp_path):
     finally:
         engine.dispose()
     migrate(url)
-    assert current_revision(url) == "0001"
+    assert current_revision(url) == head_revision()
 
 
 def test_migrations_are_found_from_any_directory(tmp_path, monkeypatch):
@@ -112,7 +120,7 @@ def test_unique_constraints_hold(tmp_path):
 
 def test_db_upgrade_command(tmp_path, capsys):
     assert main(["db", "upgrade", "--data", str(tmp_path / "d")]) == 0
-    assert "revision 0001" in capsys.readouterr().out
+    assert f"revision {head_revision()}" in capsys.readouterr().out
     assert (tmp_path / "d" / "mqlens.db").is_file()
     assert main(["db", "upgrade", "--data", str(tmp_path / "d")]) == 0
 

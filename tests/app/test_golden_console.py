@@ -16,7 +16,7 @@ from app.cli import main
 from app.config import Settings
 from store import topics
 from store.delay_levels import parse_delay_levels
-from tests.app.conftest import assert_error, running
+from tests.app.conftest import assert_error, make_settings, running
 from tests.conftest import GOLDEN_GEOMETRY, GOLDEN_GEOMETRY_FLAGS, file_digests
 from tests.live_server import LiveServer
 
@@ -40,8 +40,7 @@ def hop_kinds(body: dict) -> list[tuple]:
 
 @pytest.fixture
 def read_only_settings(tmp_path: Path, golden_store_dir: Path) -> Settings:
-    return Settings(data_dir=tmp_path / "data", store_dir=golden_store_dir, read_only=True, schedule_interval_ms=0,
-                    **GEOMETRY)
+    return make_settings(tmp_path / "data", store_dir=golden_store_dir, read_only=True, **GEOMETRY)
 
 
 @pytest.mark.anyio
@@ -145,13 +144,17 @@ def test_serve_a_golden_copy_read_only_over_http(tmp_path: Path, golden_store_di
     with LiveServer(tmp_path / "data", tmp_path / "server.log", args=args) as server:
         server.start()
         page = httpx.get(f"{server.base_url}/messages/{dead['offsetMsgId']}", headers=HTML, timeout=10)
+        assert page.status_code == 303 and page.headers["location"].startswith("/login?next=")  # not signed in
+        client = server.client()
+        page = client.get(f"/messages/{dead['offsetMsgId']}", headers=HTML)
         assert page.status_code == 200 and dead["offsetMsgId"] in page.text and "read-only" in page.text
-        page = httpx.get(f"{server.base_url}/messages/{dead['uniqKey']}/timeline", headers=HTML, timeout=10)
+        page = client.get(f"/messages/{dead['uniqKey']}/timeline", headers=HTML)
         assert page.status_code == 200 and 'class="verdict dead_lettered"' in page.text
-        body = httpx.get(f"{server.base_url}/messages/{dead['uniqKey']}/timeline.json", timeout=10).json()
+        body = client.get(f"/messages/{dead['uniqKey']}/timeline.json").json()
         assert [h["kind"] for h in body["hops"]] == ["redelivered", "failed", "dead_lettered"]
-        r = httpx.post(f"{server.base_url}/api/topics/TopicTest/messages", json={"body": "x"}, timeout=10)
+        r = client.post("/api/topics/TopicTest/messages", json={"body": "x"})
         assert r.status_code == 409 and "read-only" in r.json()["error"]
+        client.close()
         assert server.stop() == 0
     assert file_digests(golden_store_dir) == before
 

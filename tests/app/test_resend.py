@@ -44,9 +44,9 @@ async def test_resend_puts_a_fresh_copy_on_the_original_topic_with_an_audit_entr
     assert resent.body == b"poison" and resent.keys == ["k-1"] and resent.tags == "T" and resent.reconsume_times == 0
     assert topics.DLQ_ORIGIN_TOPIC not in resent.properties
 
-    [entry] = audit_rows(api.sessions)
+    [entry] = audit_rows(api.sessions, action=RESEND_DEAD_LETTER)
     assert (entry.action, entry.target, entry.outcome, entry.actor, entry.at_ms) == (
-        RESEND_DEAD_LETTER, dead_id, audit.OK, "anonymous", clock.now_ms())
+        RESEND_DEAD_LETTER, dead_id, audit.OK, "bootstrap-admin", clock.now_ms())
     assert json.loads(entry.detail) == {"request": {"offset_msg_id": dead_id},
                                         "result": {"dead_letter_topic": topics.dlq_topic(GROUP), "resent": copy}}
     kinds = [e.kind.value for e in api.store.timeline(put["unique_key"])]
@@ -64,7 +64,7 @@ async def test_an_idempotency_key_resends_once(api):
     assert first.status_code == second.status_code == 200
     assert second.json()["replayed"] is True and second.json()["result"] == first.json()["result"]
     assert sum(hi - lo for _, lo, hi in api.store.topics()["Orders"]) == 2  # the original and one copy
-    assert len(audit_rows(api.sessions)) == 1
+    assert len(audit_rows(api.sessions, action=RESEND_DEAD_LETTER)) == 1
     third = await api.client.post(URL.format(dead_id))  # no key: an operator may resend again on purpose
     assert third.status_code == 200 and third.json()["result"] != first.json()["result"]
 
@@ -83,7 +83,7 @@ async def test_a_key_reused_for_another_dead_letter_is_409(api):
 async def test_not_a_dead_letter_is_400_and_leaves_no_audit_row(api):
     put, _ = await dead_letter(api)
     assert_error(await api.client.post(URL.format(put["offset_msg_id"])), 400, "not in a dead-letter topic")
-    assert audit_rows(api.sessions) == []
+    assert audit_rows(api.sessions, action=RESEND_DEAD_LETTER) == []
 
 
 @pytest.mark.parametrize(("message_id", "status", "fragment"), [
@@ -95,7 +95,7 @@ async def test_not_a_dead_letter_is_400_and_leaves_no_audit_row(api):
 async def test_bad_or_unknown_ids(api, message_id, status, fragment):
     await dead_letter(api)
     assert_error(await api.client.post(URL.format(message_id)), status, fragment)
-    assert audit_rows(api.sessions) == []
+    assert audit_rows(api.sessions, action=RESEND_DEAD_LETTER) == []
 
 
 async def test_a_failed_resend_is_recorded_as_failed(api, monkeypatch):
@@ -107,7 +107,7 @@ async def test_a_failed_resend_is_recorded_as_failed(api, monkeypatch):
     monkeypatch.setattr(api.store, "resend_dead_letter", refuse)
     assert_error(await api.client.post(URL.format(dead_id), headers={"Idempotency-Key": "f"}), 400,
                  "does not say which topic")
-    [entry] = audit_rows(api.sessions)
+    [entry] = audit_rows(api.sessions, action=RESEND_DEAD_LETTER)
     assert entry.outcome == audit.FAILED and "does not say which topic" in entry.outcome_detail
     r = await api.client.post(URL.format(dead_id), headers={"Idempotency-Key": "f"})
     assert_error(r, 409, "failed")
@@ -126,7 +126,7 @@ async def test_start_up_settles_resends_a_crash_left_pending(api, clock):
     copy = api.store.resend_dead_letter(api.store.get_by_offset_id(dead_id).phys_offset, actor="ops")  # then a crash
     done = reconcile_resends(api.store, api.sessions)
     assert len(done) == 2
-    finished, interrupted = audit_rows(api.sessions)
+    finished, interrupted = audit_rows(api.sessions, action=RESEND_DEAD_LETTER)
     assert finished.outcome == audit.OK and "found in the trace" in finished.outcome_detail
     assert json.loads(finished.detail)["result"]["resent"]["offset_msg_id"] == copy.offset_msg_id
     assert interrupted.outcome == audit.FAILED and "interrupted" in interrupted.outcome_detail
@@ -141,5 +141,5 @@ async def test_the_server_settles_pending_resends_when_it_starts(data_dir, clock
             s.add(AuditEntry(at_ms=clock.now_ms(), actor="ops", action=RESEND_DEAD_LETTER, target=dead_id,
                              detail=json.dumps({"request": {"offset_msg_id": dead_id}}), outcome=audit.PENDING))
     async with running(settings, clock) as again:
-        [entry] = audit_rows(again.sessions)
+        [entry] = audit_rows(again.sessions, action=RESEND_DEAD_LETTER)
         assert entry.outcome == audit.FAILED and "interrupted" in entry.outcome_detail

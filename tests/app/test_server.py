@@ -6,6 +6,7 @@ from pathlib import Path
 
 import httpx
 
+from app.services.accounts import DEMO_PASSWORD
 from app.services.demo import DEMO_TOPIC, DemoWorkload
 from store.message_store import MessageStore, StoreConfig
 from tests.app.conftest import SMALL_GEOMETRY, check_store, make_settings
@@ -16,21 +17,31 @@ def test_serve_answers_over_http_and_stops_cleanly(tmp_path: Path):
     data = tmp_path / "data"
     with LiveServer(data, tmp_path / "server.log", SMALL_GEOMETRY, args=("--demo",)) as server:
         server.start()
-        base = server.base_url
-        r = httpx.post(f"{base}/api/topics/Orders/messages", json={"body": "over the wire", "keys": ["o-1"]},
-                       timeout=10)
+        client = server.client()
+        r = client.post("/api/topics/Orders/messages", json={"body": "over the wire", "keys": ["o-1"]})
         assert r.status_code == 200, r.text
         result = r.json()["results"][0]
         assert result["topic"] == "Orders"
-        r = httpx.post(f"{base}/api/topics/%25DLQ%25g/messages", json={"body": "x"}, timeout=10)
+        r = client.post("/api/topics/%25DLQ%25g/messages", json={"body": "x"})
         assert r.status_code == 403 and r.json()["ok"] is False
 
         def demo_topic_listed() -> bool:
-            names = [t["name"] for t in httpx.get(f"{base}/api/topics", timeout=10).json()["topics"]]
+            names = [t["name"] for t in client.get("/api/topics").json()["topics"]]
             return DEMO_TOPIC in names
 
         wait_until(demo_topic_listed, STARTUP_DEADLINE_S, "the demo workload")
+        # the demo's users sign in with the password the sign-in page shows
+        login = httpx.get(f"{server.base_url}/login", timeout=10)
+        assert "demo-support" in login.text and DEMO_PASSWORD in login.text
+        browser = httpx.Client(base_url=server.base_url, timeout=10)
+        r = browser.post("/login", data={"name": "demo-support", "password": DEMO_PASSWORD, "next": "/topics"})
+        assert r.status_code == 303 and r.headers["location"] == "/topics"
+        assert browser.get("/api/me").json()["role"] == "support"
+        browser.close()
+        client.close()
         assert server.stop() == 0
+        # a fresh data directory: the first admin was made and its password printed once
+        assert "created the user admin (admin)" in server.log_text()
     settings = make_settings(data)
     check_store(settings)  # closed cleanly: no abort marker, consistent
     assert (data / "mqlens.db").is_file()

@@ -15,13 +15,14 @@ import httpx
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from tests.live_server import LiveServer
+from tests.live_server import ADMIN_HEADERS, LiveServer
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 VIEWPORT = {"width": 1280, "height": 860}
 EXPECT_TIMEOUT_MS = 15_000
+ADMIN_PASSWORD = "browser-admin-password"
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +41,48 @@ def browser() -> Iterator:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     root = tmp_path_factory.mktemp("browser")
     settings = {"flush": "sync", "commitlog_file_size": 1024 * 1024, "cq_file_size": 20 * 1024,
-                "index_slots": 512, "index_entries": 4096}
+                "index_slots": 512, "index_entries": 4096, "admin_password": ADMIN_PASSWORD}
     with LiveServer(root / "data", root / "server.log", settings) as live:
         live.start()
         yield live
         assert live.stop() == 0
 
 
+def sign_in(page, name: str, password: str) -> None:
+    """Sign in through the sign-in form, as a person would."""
+    page.goto("/login")
+    page.get_by_label("User name").fill(name)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("header .account .who")).to_contain_text(name)
+
+
+@pytest.fixture
+def new_page(browser, server: LiveServer) -> Iterator:
+    """Makes fresh pages (each in its own browser context), none signed in; checks each for script errors."""
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
+    contexts, errors = [], []
+
+    def make():
+        context = browser.new_context(base_url=server.base_url, viewport=VIEWPORT)
+        contexts.append(context)
+        page = context.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        return page
+
+    try:
+        yield make
+    finally:
+        for context in contexts:
+            context.close()
+    # A script error or a refused script or style (the CSP) is a defect of the page.
+    assert not [e for e in errors if "status of 4" not in e], errors
+
+
 @pytest.fixture
 def page(browser, server: LiveServer) -> Iterator:
+    """A fresh page signed in as the first admin."""
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     context = browser.new_context(base_url=server.base_url, viewport=VIEWPORT)
     page = context.new_page()
@@ -56,6 +90,7 @@ def page(browser, server: LiveServer) -> Iterator:
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     try:
+        sign_in(page, "admin", ADMIN_PASSWORD)
         yield page
     finally:
         context.close()
@@ -65,7 +100,7 @@ def page(browser, server: LiveServer) -> Iterator:
 
 @pytest.fixture
 def api(server: LiveServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with httpx.Client(base_url=server.base_url, timeout=30, headers=ADMIN_HEADERS) as client:
         yield client
 
 

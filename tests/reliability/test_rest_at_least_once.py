@@ -24,7 +24,7 @@ from store import topics
 from store.geometry import StoreGeometry
 from store.message_store import MessageStore, StoreConfig
 from store.trace import TraceKind
-from tests.live_server import LiveServer, wait_until
+from tests.live_server import ADMIN_HEADERS, LiveServer, wait_until
 
 MESSAGES = 10_000
 PRODUCE_BATCH = 250
@@ -79,7 +79,7 @@ class Consumer(threading.Thread):
     def __init__(self, index: int, base_url: str, ledger: Ledger, poison: set[str], stop: threading.Event):
         super().__init__(name=f"consumer-{index}", daemon=True)
         self.rng = random.Random(SEED + index)
-        self.client = httpx.Client(base_url=base_url, timeout=REQUEST_TIMEOUT_S)
+        self.client = httpx.Client(base_url=base_url, timeout=REQUEST_TIMEOUT_S, headers=ADMIN_HEADERS)
         self.ledger = ledger
         self.poison = poison
         self.stop_event = stop
@@ -172,7 +172,7 @@ def produce(base_url: str) -> tuple[list[str], set[str]]:
     """All messages, in batches; their unique keys and those of the poison messages."""
     keys: list[str] = []
     poison: set[str] = set()
-    with httpx.Client(base_url=base_url, timeout=REQUEST_TIMEOUT_S) as client:
+    with httpx.Client(base_url=base_url, timeout=REQUEST_TIMEOUT_S, headers=ADMIN_HEADERS) as client:
         for start in range(0, MESSAGES, PRODUCE_BATCH):
             batch = [{"body": f"m{i}", "tags": "poison" if i % POISON_EVERY == 0 else "plain"}
                      for i in range(start, min(start + PRODUCE_BATCH, MESSAGES))]
@@ -186,7 +186,7 @@ def produce(base_url: str) -> tuple[list[str], set[str]]:
 
 
 def set_up(base_url: str) -> None:
-    with httpx.Client(base_url=base_url, timeout=REQUEST_TIMEOUT_S) as client:
+    with httpx.Client(base_url=base_url, timeout=REQUEST_TIMEOUT_S, headers=ADMIN_HEADERS) as client:
         r = client.put("/api/config/delay-levels", json={"levels": DELAY_LEVELS})
         assert r.status_code == 200, r.text
         r = client.put(f"/api/groups/{GROUP}", json={"max_reconsume_times": MAX_RECONSUME_TIMES})
@@ -200,7 +200,7 @@ def group_caught_up(base_url: str) -> bool:
     message is acked or dead-lettered (the offset stays at the first message not done)."""
     try:
         for queue_id in range(QUEUES):
-            r = httpx.get(f"{base_url}/api/topics/{TOPIC}/queues/{queue_id}/messages",
+            r = httpx.get(f"{base_url}/api/topics/{TOPIC}/queues/{queue_id}/messages", headers=ADMIN_HEADERS,
                           params={"group": GROUP, "max": 1}, timeout=REQUEST_TIMEOUT_S)
             if r.status_code != 200:
                 return False
