@@ -25,6 +25,7 @@ from app.db import make_engine, migrate, session_factory
 from app.errors import error_response, install_error_handlers
 from app.headers import SecurityHeadersMiddleware
 from app.pages import dashboard as dashboard_page
+from app.pages import dead_letters as dead_letters_page
 from app.pages import groups as groups_page
 from app.pages import message as message_page
 from app.pages import search as search_page
@@ -35,6 +36,7 @@ from app.render import STATIC_PREFIX, Renderer, project_dir
 from app.routes import accounts as accounts_routes
 from app.routes import auth as auth_routes
 from app.routes import config as config_routes
+from app.routes import dead_letters as dead_letter_routes
 from app.routes import docs, groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
 from app.routes import metrics as metrics_routes
 from app.security import CrossOriginGuardMiddleware, SessionCookieMiddleware
@@ -43,6 +45,7 @@ from app.services import config as config_service
 from app.services import groups as groups_service
 from app.services import resend as resend_service
 from app.services import topics as topics_service
+from app.services.dead_letters import ReasonCache
 from app.services.demo import DemoWorkload
 from app.services.flow import PutGate
 from app.services.login_limit import LoginLimiter
@@ -164,12 +167,13 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.config_lock = threading.Lock()  # one configuration change at a time
     app.state.renderer = Renderer(project_dir() / "templates")
     app.state.login_limiter = LoginLimiter(settings.failed_logins_per_minute)
+    app.state.dead_letter_reasons = ReasonCache()
     app.state.rates = RateSampler()  # messages/s on the dashboard
     app.state.metrics_registry = metrics_registry(lambda: app.state.store)
     install_error_handlers(app)
-    for module in (health, auth_routes, accounts_routes, messages, topics, groups, config_routes, receive, queue_view,
-                   timeline, resend, lookup, docs, metrics_routes, dashboard_page, search_page, message_page,
-                   timeline_page, topics_page, groups_page):
+    for module in (health, auth_routes, accounts_routes, dead_letter_routes, messages, topics, groups, config_routes,
+                   receive, queue_view, timeline, resend, lookup, docs, metrics_routes, dashboard_page, search_page,
+                   message_page, timeline_page, topics_page, groups_page, dead_letters_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
     app.add_middleware(SessionCookieMiddleware)

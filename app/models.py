@@ -91,3 +91,26 @@ class ServerSecret(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(String(255))
+
+
+class ResendItem(Base):
+    """One dead letter of one resend action (a click, a bulk resend, a redrive job's message):
+    where it goes, how its copy is found again, and what became of it."""
+
+    __tablename__ = "resend_items"
+    __table_args__ = (UniqueConstraint("action_id", "dead_letter_id", name="uq_resend_items_action_dead_letter"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    action_id: Mapped[int] = mapped_column(ForeignKey("audit_entries.id", ondelete="CASCADE"), index=True)
+    dead_letter_id: Mapped[str] = mapped_column(String(64), index=True)  # its offset message id
+    group: Mapped[str] = mapped_column(String(255))
+    destination: Mapped[str] = mapped_column(String(255))  # the topic the copy goes to
+    lookup_key: Mapped[str] = mapped_column(String(255))  # the copy's unique key: how settling finds it
+    # The dead letter's id while this item resends it (pending or ok) unforced: two concurrent
+    # resends of one dead letter cannot both hold it. Released (null) when the item fails.
+    claim: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True)
+    status: Mapped[str] = mapped_column(String(16))  # pending | ok | failed
+    new_offset_msg_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    at_ms: Mapped[int] = mapped_column(BigInteger)
+    actor: Mapped[str] = mapped_column(String(255))

@@ -7,7 +7,7 @@ import contextlib
 
 from store.codec import StoredMessage
 from store.pop import Received
-from store.topics import copy_kind
+from store.topics import message_copy_kind
 
 
 def message_dict(msg: StoredMessage, show_body: bool = True) -> dict:
@@ -33,7 +33,7 @@ def message_dict(msg: StoredMessage, show_body: bool = True) -> dict:
         "flag": msg.flag,
         "body_crc": msg.body_crc,
         "compressed": msg.compressed,
-        "copy": copy_kind(msg.topic),
+        "copy": message_copy_kind(msg.topic, msg.properties),
         "body_masked": not show_body,
         "body_base64": base64.b64encode(body).decode("ascii") if show_body else None,
     }
@@ -57,7 +57,7 @@ def message_summary(msg: StoredMessage) -> dict:
         "keys": msg.keys,
         "reconsume_times": msg.reconsume_times,
         "size": msg.size,
-        "copy": copy_kind(msg.topic),
+        "copy": message_copy_kind(msg.topic, msg.properties),
     }
 
 

@@ -158,8 +158,9 @@ class MessageOut(BaseModel):
     flag: int
     body_crc: int
     compressed: bool
-    copy_kind: Literal["original", "scheduled", "retry", "dead_letter", "trace"] = Field(
-        alias="copy", description="Which copy of the message this record is.")
+    copy_kind: Literal["original", "scheduled", "retry", "dead_letter", "trace", "resent"] = Field(
+        alias="copy", description="Which copy of the message this record is (resent: a dead letter's copy put "
+        "back by an operator).")
     body_masked: bool = Field(False, description="True: the caller's role sees bodies masked (viewer); "
                               "POST /api/messages/{offset_msg_id}/reveal shows it, audited.")
     body_base64: str | None = Field(description="The body as base64; null when masked.")
@@ -322,11 +323,56 @@ class TimelineResponse(BaseModel):
     verdicts: list[VerdictOut] = Field(description="Where the message stands for each consumer group.")
 
 
+class TopicDestination(Strict):
+    topic: str = Field(max_length=127, description="Resend to this topic: every group subscribed to it gets it.")
+
+
+Destination = Literal["group", "topic"] | TopicDestination
+DESTINATION_HELP = ('"group" (default): back to the failed group only, through its retry topic (%RETRY%group, or '
+                    '%RETRY%group_topic for a group that receives by pop); "topic": back to the original topic, '
+                    'every subscribed group gets it again; {"topic": "T"}: to topic T.')
+
+
+class SingleResendRequest(Strict):
+    destination: Destination = Field("group", description=DESTINATION_HELP)
+    reason: Reason = None
+    force: bool = Field(False, description="Resend a dead letter that was resent already (needs a reason).")
+
+
 class ResendResponse(BaseModel):
     ok: Literal[True] = True
+    action_id: int = Field(description="The audit entry of the resend: GET /api/audit?target=...")
     dead_letter: str = Field(description="Offset message id of the dead letter that was resent.")
-    result: PutResultOut = Field(description="The new copy in the original topic.")
+    destination: str = Field(description="The topic the copy went to.")
+    result: PutResultOut = Field(description="The new copy.")
     replayed: bool = Field(description="True: an earlier request with the same Idempotency-Key did the resend.")
+
+
+class DlqResendRequest(Strict):
+    message_ids: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
+        min_length=1, max_length=1000, description="Dead letters by offset message id or unique key.")
+    destination: Destination = Field("group", description=DESTINATION_HELP)
+    dry_run: bool = Field(False, description="Only say what would be resent where; nothing is sent or recorded.")
+    reason: Reason = None
+    force: bool = Field(False, description="Also resend dead letters that were resent already (needs a reason).")
+
+
+class ResendResultOut(BaseModel):
+    message_id: str = Field(description="As asked for: an offset message id or a unique key.")
+    dead_letter_id: str | None
+    status: Literal["would_resend", "ok", "failed", "not_found", "pending"]
+    new_offset_msg_id: str | None
+    destination: str | None
+    error: str | None
+
+
+class DlqResendResponse(BaseModel):
+    ok: Literal[True] = True
+    action_id: int | None = Field(description="The audit entry of the resend; null for a dry run or when none "
+                                  "of the ids named a dead letter.")
+    dry_run: bool
+    replayed: bool
+    results: list[ResendResultOut]
 
 
 # -- configuration -----------------------------------------------------------------------------
@@ -446,3 +492,43 @@ class TokenCreated(BaseModel):
 class TokenResponse(BaseModel):
     ok: Literal[True] = True
     token: TokenOut
+
+
+# -- dead-letter inbox -------------------------------------------------------------------------
+class ResendFacts(BaseModel):
+    at_ms: int
+    actor: str
+    action_id: int
+    destination: str
+    new_offset_msg_id: str | None
+    copy_state: Literal["consumed", "pending", "failed_again", "unknown"]
+
+
+class DeadLetterOut(BaseModel):
+    offset_msg_id: str
+    unique_key: str | None
+    group: str
+    topic: str
+    original_topic: str | None
+    keys: list[str]
+    tags: str | None
+    reason: str = Field(description="Why the last delivery failed (from the trace; empty when unknown).")
+    reconsume_times: int
+    store_timestamp: int
+    age_ms: int
+    expires_at: int | None = Field(description="When retention deletes it (epoch ms).")
+    state: Literal["waiting", "resent", "failed_again"]
+    resent_after: str | None = Field(description="This dead letter is a resent copy of that dead letter, failed again.")
+    resend: ResendFacts | None = Field(description="The last resend of this dead letter.")
+    dead_again: str | None = Field(description="failed_again: the newer dead letter of the resent copy.")
+
+
+class DeadLettersResponse(BaseModel):
+    ok: Literal[True] = True
+    group: str | None
+    messages: list[DeadLetterOut]
+    next_cursor: str | None
+    total: int = Field(description="Dead letters matching the filter.")
+    counts: dict[str, int] = Field(description="Per state, among those matching the other filters.")
+    oldest_waiting_ms: int | None
+    truncated: bool = Field(description="True: the store holds more dead letters than one request looks at.")

@@ -660,6 +660,10 @@ class MessageStore:
                                     reason=why)], now)
             return result
 
+    def new_unique_key(self) -> str:
+        """A fresh unique key in RocketMQ's client form, as a producer would make."""
+        return self._builder.unique_keys.create()
+
     def pops(self, group: str, topic: str) -> bool:
         """The group has received the topic by pop (receive/ack), so its retries take the pop route."""
         with self._lock:

@@ -53,6 +53,18 @@ def is_dlq_topic(topic: str) -> bool:
     return topic.startswith(DLQ_PREFIX)
 
 
+# Properties of a dead letter's resent copy: the operator action that made it, and the dead letter.
+RESEND_ACTION = "MQLENS_RESEND_ACTION"
+RESENT_FROM = "MQLENS_RESENT_FROM"
+
+
+def message_copy_kind(topic: str, properties: dict[str, str]) -> str:
+    """Which copy a stored message is: a resent dead letter's copy is "resent", else as its topic says."""
+    if RESENT_FROM in properties and not is_dlq_topic(topic):
+        return "resent"
+    return copy_kind(topic)
+
+
 def copy_kind(topic: str) -> str:
     """Which copy of a message a topic holds: original, scheduled, retry or dead letter."""
     if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 
@@ -24,6 +24,6 @@ def groups_page(request: Request, store: StoreDep, renderer: RendererDep):
 def group_page(group: str, request: Request, store: StoreDep, renderer: RendererDep):
     data = group_detail(store, group, request.app.state.clock.now_ms())
     dlq = data["dead_letters"]["topic"]
-    links = {"dlq_search_url": "/search?" + urlencode({"topic": dlq}),
-             "dlq_topic_url": topic_url(dlq) if data["dead_letters"]["queues"] else None}
+    links = {"dlq_topic_url": topic_url(dlq) if data["dead_letters"]["queues"] else None,
+             "dlq_inbox_url": f"/groups/{quote(group, safe='')}/dead-letters"}
     return renderer.page(request, "groups/group.html", {"nav": "groups", "group": data, **links})

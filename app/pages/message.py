@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 from collections.abc import Callable
 from typing import Annotated, Literal, get_args
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.deps import ClockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
 from app.presenters import message_dict, message_summary
 from app.security import READ, BodyPolicy, Reader
-from app.services import lookup, reveal
+from app.services import dead_letters, lookup, reveal
+from app.services import resend as resend_service
 from app.services.audit import MAX_REASON
 from app.services.errors import ForbiddenError, InvalidRequestError
+from store import topics
 from store.codec import StoredMessage
 from store.message_store import MessageStore
 
@@ -75,7 +79,24 @@ def other_copies(store: MessageStore, msg: StoredMessage) -> list[dict]:
     return [message_summary(m) for m in copies if m.phys_offset != msg.phys_offset]
 
 
-def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[StoredMessage], bool]) -> dict:
+def dead_letter_data(store: MessageStore, sessions: sessionmaker[Session], msg: StoredMessage) -> dict | None:
+    """For a dead letter: its group, where a resend takes it, and its last resend."""
+    if not topics.is_dlq_topic(msg.topic):
+        return None
+    group = resend_service.group_of(msg.topic)
+    try:
+        route = resend_service.Destination("group").topic_for(store, group, msg)
+    except InvalidRequestError:
+        route = None
+    item = resend_service.resent_before(sessions, [msg.offset_msg_id]).get(msg.offset_msg_id)
+    last = None if item is None else {"at_ms": item.at_ms, "actor": item.actor, "status": item.status,
+                                      "new_offset_msg_id": item.new_offset_msg_id, "destination": item.destination,
+                                      "copy_state": dead_letters.copy_state(store, group, item.new_offset_msg_id)}
+    return {"group": group, "route": route, "last_resend": last, "click_key": secrets.token_urlsafe(16)}
+
+
+def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[StoredMessage], bool],
+                 sessions: sessionmaker[Session]) -> dict:
     msg = lookup.by_offset_id(store, offset_msg_id)
     data = message_dict(msg, show_body=False)
     data.pop("body_base64")
@@ -85,6 +106,7 @@ def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[Stored
         "message": data,
         "body": {"masked": True, "size": len(msg.body)} if masked else {"masked": False, **body_views(msg.body)},
         "reveal_url": f"/messages/{msg.offset_msg_id}/reveal",
+        "dead_letter": dead_letter_data(store, sessions, msg),
         "copies": other_copies(store, msg),
         "permalink": f"/messages/{msg.offset_msg_id}",
         "timeline_url": f"/messages/{msg.unique_key or msg.offset_msg_id}/timeline",
@@ -93,11 +115,11 @@ def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[Stored
 
 
 @router.get("/messages/{offset_msg_id}", dependencies=[READ])
-def message_page(offset_msg_id: str, request: Request, store: StoreDep, renderer: RendererDep, show: BodyPolicy,
-                 view: str | None = None):
+def message_page(offset_msg_id: str, request: Request, store: StoreDep, sessions: SessionsDep, renderer: RendererDep,
+                 show: BodyPolicy, view: str | None = None):
     if view is not None and view not in VIEWS:
         raise InvalidRequestError(f"unknown body view {view[:20]!r}: use one of {', '.join(VIEWS)}")
-    data = message_data(store, offset_msg_id, show)
+    data = message_data(store, offset_msg_id, show, sessions)
     chosen = view or data["body"].get("best", "text")
     return renderer.page(request, "messages/message.html", {**data, "view": chosen, "nav": "search"},
                          fragment="body_view")

@@ -1,30 +1,74 @@
-"""Dead letters: POST /api/messages/{offset_msg_id}/resend."""
+"""Dead letters: POST /api/messages/{offset_msg_id}/resend and POST /api/dlq/{group}/resend."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Request
 
 from app.deps import ClockDep, SessionsDep, StoreDep
 from app.routes import error_responses
-from app.schemas import PutResultOut, ResendResponse
+from app.schemas import (
+    DlqResendRequest,
+    DlqResendResponse,
+    PutResultOut,
+    ResendResponse,
+    ResendResultOut,
+    SingleResendRequest,
+)
 from app.security import Resender
 from app.services import resend as service
+from app.services.errors import ConflictError, InvalidRequestError
 
 router = APIRouter(tags=["dead letters"])
 
+IdempotencyKey = Annotated[str | None, Header(max_length=255, description="Repeat-safe: a request repeated with the "
+                                              "same key resends once and gets the first answer.")]
+
+
+def _destination(value) -> object:
+    return value.model_dump() if hasattr(value, "model_dump") else value
+
 
 @router.post("/api/messages/{offset_msg_id}/resend", response_model=ResendResponse,
-             responses=error_responses(400, 404, 409))
-def resend(offset_msg_id: str, store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Resender,
-           idempotency_key: Annotated[str | None, Header(description="Repeat-safe: a request repeated with the "
-                                                         "same key resends once and gets the first answer.")] = None,
-           ) -> ResendResponse:
-    """Put a dead letter (a message of a %DLQ% topic, named by its offset message id) back on the
-    topic it was consumed from, as a fresh delivery with the same body, keys, tags and unique
-    key. An audit entry is written before the resend and completed after it. A message that is
-    not a dead letter is refused with 400."""
-    done = service.resend(store, sessions, clock, offset_msg_id, actor=actor, idempotency_key=idempotency_key)
-    return ResendResponse(dead_letter=done.dead_letter, result=PutResultOut.model_validate(done.copy),
-                          replayed=done.replayed)
+             responses=error_responses(400, 404, 409, 422, 429))
+def resend_one(offset_msg_id: str, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+               actor: Resender, idempotency_key: IdempotencyKey = None,
+               body: SingleResendRequest | None = None) -> ResendResponse:
+    """Resend one dead letter (a message of a %DLQ% topic, by offset message id) as a fresh
+    delivery with the same body, keys, tags and unique key: by default to the failed group only,
+    through its retry topic. A dead letter resent already is refused with 409 unless `force`
+    with a reason. Audited: the audit entry is written before the resend, its outcome after."""
+    body = body or SingleResendRequest()
+    dead = service.find_dead_letter(store, None, offset_msg_id)  # malformed: 400; nothing there: 404
+    done = service.resend(store, sessions, clock, None, [dead.offset_msg_id], actor=actor,
+                          destination=_destination(body.destination), reason=body.reason, force=body.force,
+                          idempotency_key=idempotency_key, limit=request.app.state.settings.resend_limit)
+    [result] = [r for r in done.results if r.dead_letter_id == dead.offset_msg_id] or [None]
+    if result is None or result.new_offset_msg_id is None:
+        error = result.error if result is not None else "no copy was made"
+        if result is not None and result.status == service.FAILED:
+            raise InvalidRequestError(error or "the resend failed")
+        raise ConflictError(error or "the resend is still in progress")
+    copy = store.get_by_offset_id(result.new_offset_msg_id)
+    facts = {name: getattr(copy, name) for name in PutResultOut.model_fields}
+    assert done.action_id is not None
+    return ResendResponse(action_id=done.action_id, dead_letter=dead.offset_msg_id, destination=copy.topic,
+                          result=PutResultOut(**facts), replayed=done.replayed)
+
+
+@router.post("/api/dlq/{group}/resend", response_model=DlqResendResponse,
+             responses=error_responses(400, 404, 409, 422, 429))
+def resend_many(group: str, body: DlqResendRequest, request: Request, store: StoreDep, sessions: SessionsDep,
+                clock: ClockDep, actor: Resender, idempotency_key: IdempotencyKey = None) -> DlqResendResponse:
+    """Resend dead letters of a group, named by offset message id or unique key. A result per
+    id, in order: ok (with the new copy's id), failed or not_found (with why), or would_resend
+    for a dry run. Dead letters resent already are refused with 409 unless `force` with a reason.
+    The support role may resend up to the per-action limit (setting resend_limit) at once."""
+    done = service.resend(store, sessions, clock, group, body.message_ids, actor=actor,
+                          destination=_destination(body.destination), dry_run=body.dry_run, reason=body.reason,
+                          force=body.force, idempotency_key=idempotency_key,
+                          limit=request.app.state.settings.resend_limit)
+    return DlqResendResponse(action_id=done.action_id, dry_run=body.dry_run, replayed=done.replayed,
+                             results=[ResendResultOut(**asdict(r)) for r in done.results])

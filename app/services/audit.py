@@ -40,6 +40,11 @@ def _replay(entry: AuditEntry, action: str, target: str, request: dict) -> Actio
     return ActionResult(entry.id, detail.get("result", {}), True)
 
 
+def used_key(sessions: sessionmaker[Session], key: str | None) -> bool:
+    """An earlier request came with this idempotency key (a repeat gets its answer)."""
+    return key is not None and _find(sessions, key) is not None
+
+
 def _find(sessions: sessionmaker[Session], key: str) -> AuditEntry | None:
     with sessions() as s:
         return s.scalars(select(AuditEntry).where(AuditEntry.idempotency_key == key)).first()
@@ -76,7 +81,7 @@ def perform(sessions: sessionmaker[Session], clock: Clock, *, actor: Principal, 
             request: dict, intent: Callable[[Session], dict], act: Callable[[dict], dict | None],
             undo: Callable[[Session, dict], None] | None = None, idempotency_key: str | None = None,
             reason: str | None = None) -> ActionResult:
-    """Record the intent (intent(session) adds its rows, returns what it decided) with a pending
+    """Record the intent (intent(session, entry id) adds its rows, returns what it decided) with a pending
     audit row, run act(decided), then record the outcome; what act returns (a dict, e.g. the new
     copy a resend made) joins the recorded result. When act raises, undo(session, decided)
     runs in the transaction that marks the entry failed, and the error propagates."""
@@ -91,7 +96,8 @@ def perform(sessions: sessionmaker[Session], clock: Clock, *, actor: Principal, 
             entry = _new_entry(clock, actor, action, target, {"request": request}, outcome=PENDING, reason=reason,
                                idempotency_key=idempotency_key)
             s.add(entry)
-            decided = intent(s)
+            s.flush()
+            decided = intent(s, entry.id)
             entry.detail = json.dumps({"request": request, "result": decided})
             s.flush()
             entry_id = entry.id

@@ -56,7 +56,7 @@ def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock
     except ValueError as exc:
         raise InvalidRequestError(str(exc)) from None
 
-    def intent(s: Session) -> dict:
+    def intent(s: Session, _entry_id: int) -> dict:
         version = (s.scalar(select(func.max(ConfigVersion.version)).where(ConfigVersion.kind == DELAY_LEVELS))
                    or 0) + 1
         s.add(ConfigVersion(kind=DELAY_LEVELS, version=version, value=levels, created_at_ms=clock.now_ms(),

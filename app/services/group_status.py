@@ -53,11 +53,16 @@ def known_groups(store: MessageStore, bounds: Bounds | None = None) -> list[str]
     """Configured groups, groups with committed offsets and groups with a retry or dead-letter topic."""
     names = {g.name for g in store.metadata.groups()} | committed_offsets(store).keys()
     topic_names = {t.name for t in store.metadata.topics()} | {t for t, _ in (bounds or queue_bounds(store))}
+    retried = []
     for name in topic_names:
         if topics.is_retry_topic(name):
-            names.add(name[len(topics.RETRY_PREFIX):])
+            retried.append(name[len(topics.RETRY_PREFIX):])
         elif topics.is_dlq_topic(name):
             names.add(name[len(topics.DLQ_PREFIX):])
+    plain = {name for name in topic_names if not topics.is_system_topic(name)}
+    for name in retried:  # a pop retry topic (%RETRY%group_topic) names its group, not another
+        if not any(name.endswith("_" + t) and name[:-len(t) - 1] in names for t in plain):
+            names.add(name)
     return sorted(n for n in names if n)
 
 

@@ -54,7 +54,7 @@ def put_group(store: MessageStore, sessions: sessionmaker[Session], clock: Clock
         return {"after": asdict(after)}
 
     done = audit.perform(sessions, clock, actor=actor, action=UPDATE_GROUP, target=f"group:{name}",
-                         request={"changes": changed}, intent=lambda s: {"before": asdict(before)}, act=act,
+                         request={"changes": changed}, intent=lambda s, _: {"before": asdict(before)}, act=act,
                          reason=reason)
     return GroupView(**done.result["after"])
 

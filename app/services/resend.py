@@ -1,90 +1,288 @@
-"""Resending a dead letter to the topic it came from, as an audited operator action: the audit
-row (and idempotency key) is written before the store acts, the outcome after. A resend cut by
-a crash between the two is settled at start-up from the store's trace."""
+"""Resending dead letters, as an audited operator action.
+
+By default a dead letter goes back to the group that failed it only, through its retry route:
+`%RETRY%group` for a push consumer (RocketMQ's own route for a consumer's retries), or
+`%RETRY%group_topic` for a group that receives by pop; groups that consumed it already do not
+see it again. It may go to the original topic (every group) or to a chosen topic instead.
+
+The audit row and one item row per dead letter (destination, the unique key the copy will
+carry) are written before the store is touched, the outcome after. Each copy carries the
+action's id and the dead letter's id as properties, so a resend cut by a crash is settled at
+start-up from the commit log (through the index, by the copy's unique key): an item is ok if
+and only if its copy exists, and each copy belongs to exactly one item."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.models import AuditEntry
-from app.roles import Principal
+from app.models import AuditEntry, ResendItem
+from app.roles import Permission, Principal
 from app.services import audit, lookup
-from app.services.errors import InvalidRequestError, NotFoundError
+from app.services.errors import ConflictError, ForbiddenError, InvalidRequestError, NotFoundError
 from store import topics
 from store.clock import Clock
 from store.codec import StoredMessage
 from store.errors import StoreError
-from store.message_store import MessageStore, PutResult
-from store.trace import TraceKind
+from store.message_store import FAR_FUTURE_MS, MessageStore
+from store.record_builder import is_valid_key
+from store.retry import origin_topic
 
-RESEND_DEAD_LETTER = "resend_dead_letter"
+RESEND_DEAD_LETTERS = "resend_dead_letters"
+ACTION_PROPERTY = topics.RESEND_ACTION  # the audit entry id of the action that made the copy
+RESENT_FROM_PROPERTY = topics.RESENT_FROM  # the offset message id of the dead letter it came from
+MAX_IDS = 1000
+SETTLE_SLACK_MS = 60_000  # a copy is looked for from this long before its action was recorded
+PENDING, OK, FAILED = "pending", "ok", "failed"
 
 
 @dataclass(frozen=True)
-class Resent:
-    dead_letter: str  # offset message id
-    copy: dict  # the new message: offset_msg_id, unique_key, topic, queue_id, queue_offset, phys_offset, ...
-    replayed: bool  # an earlier request with the same idempotency key did the work
+class Destination:
+    """Where the copies go: "group" (the failed group only), "topic" (the original topic), or a named topic."""
+
+    kind: str  # group | topic | named
+    topic: str | None = None  # for "named"
+
+    @classmethod
+    def parse(cls, value: object) -> Destination:
+        if value in (None, "group"):
+            return cls("group")
+        if value == "topic":
+            return cls("topic")
+        if isinstance(value, dict) and set(value) == {"topic"} and isinstance(value["topic"], str):
+            topics.validate_topic(value["topic"])
+            if topics.is_system_topic(value["topic"]) and not topics.is_retry_topic(value["topic"]):
+                raise InvalidRequestError(f"{value['topic']} is a system topic: a dead letter cannot go there")
+            return cls("named", value["topic"])
+        raise InvalidRequestError('destination is "group", "topic" or {"topic": "NAME"}')
+
+    def as_json(self) -> object:
+        return {"topic": self.topic} if self.kind == "named" else self.kind
+
+    def topic_for(self, store: MessageStore, group: str, dead: StoredMessage) -> str:
+        origin = origin_topic(dead)
+        if origin is None:
+            raise InvalidRequestError(f"dead letter {dead.offset_msg_id} does not say which topic it came from")
+        if self.kind == "topic":
+            return origin
+        if self.kind == "named":
+            assert self.topic is not None
+            return self.topic
+        return topics.pop_retry_topic(group, origin) if store.pops(group, origin) else topics.retry_topic(group)
+
+    def describe(self, group: str) -> str:
+        if self.kind == "group":
+            return f"back to group {group} only, through its retry topic"
+        if self.kind == "topic":
+            return "back to the original topic: every group subscribed to it gets it again"
+        return f"to topic {self.topic}: every group subscribed to it gets it"
 
 
-def copy_facts(copy: PutResult | StoredMessage) -> dict:
-    return {"offset_msg_id": copy.offset_msg_id, "unique_key": copy.unique_key, "topic": copy.topic,
-            "queue_id": copy.queue_id, "queue_offset": copy.queue_offset, "phys_offset": copy.phys_offset,
-            "store_timestamp": copy.store_timestamp}
+@dataclass(frozen=True)
+class ItemResult:
+    message_id: str  # as asked for (an offset message id or a unique key)
+    dead_letter_id: str | None  # the dead letter's offset message id
+    status: str  # would_resend | ok | failed | not_found
+    destination: str | None
+    new_offset_msg_id: str | None = None
+    error: str | None = None
 
 
-def _dead_letter(store: MessageStore, offset_msg_id: str) -> StoredMessage:
-    dead = lookup.by_offset_id(store, offset_msg_id.strip())  # malformed: 400; nothing there: 404
+@dataclass(frozen=True)
+class ResendOutcome:
+    action_id: int | None  # None for a dry run
+    results: list[ItemResult]
+    replayed: bool
+
+
+def group_of(dlq_topic: str) -> str:
+    return dlq_topic[len(topics.DLQ_PREFIX):]
+
+
+def find_dead_letter(store: MessageStore, group: str | None, message_id: str) -> StoredMessage:
+    """The dead letter an offset message id or unique key names (in %DLQ%group when a group is given)."""
+    text = message_id.strip()
+    dead = None
+    try:  # both are 32 hex characters: an offset id that names no message may still be a unique key
+        dead = lookup.by_offset_id(store, text)
+    except (InvalidRequestError, NotFoundError):
+        if group is None:
+            raise
+    if dead is None:
+        assert group is not None
+        if not is_valid_key(text) or len(text) > 255:
+            raise InvalidRequestError(f"{text[:64]!r} is neither an offset message id nor a unique key")
+        found = store.query_by_unique_key(topics.dlq_topic(group), text, 0, FAR_FUTURE_MS, 1).messages
+        if not found:
+            raise NotFoundError(f"no dead letter of group {group} has the id or unique key {text}")
+        dead = found[0]
     if not topics.is_dlq_topic(dead.topic):
         raise InvalidRequestError(f"message {dead.offset_msg_id} is in {dead.topic}, not in a dead-letter topic")
+    if group is not None and dead.topic != topics.dlq_topic(group):
+        raise InvalidRequestError(f"message {dead.offset_msg_id} is a dead letter of group {group_of(dead.topic)}, "
+                                  f"not of {group}")
     return dead
 
 
-def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, offset_msg_id: str, *,
-           actor: Principal, idempotency_key: str | None = None) -> Resent:
-    """Put the dead letter back on its original topic (a fresh delivery, same unique key)."""
-    dead = _dead_letter(store, offset_msg_id)
-    request = {"offset_msg_id": dead.offset_msg_id}
+def resent_before(sessions: sessionmaker[Session], dead_letter_ids: Iterable[str]) -> dict[str, ResendItem]:
+    """The latest item that resent (or may have resent: pending) each of these dead letters."""
+    wanted = list(dict.fromkeys(dead_letter_ids))
+    found: dict[str, ResendItem] = {}
+    with sessions() as s:
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start:start + 500]
+            for item in s.scalars(select(ResendItem).where(ResendItem.dead_letter_id.in_(chunk),
+                                                           ResendItem.status.in_((OK, PENDING)))
+                                  .order_by(ResendItem.id)):
+                found[item.dead_letter_id] = item
+    return found
 
-    def intent(s: Session) -> dict:
-        return {"dead_letter_topic": dead.topic}
+
+def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, group: str | None,
+           message_ids: list[str], *, actor: Principal, destination: object = "group", dry_run: bool = False,
+           reason: str | None = None, force: bool = False, idempotency_key: str | None = None,
+           limit: int = MAX_IDS) -> ResendOutcome:
+    """Resend the named dead letters (of `group`, or of the group each belongs to when None)."""
+    if not message_ids:
+        raise InvalidRequestError("name at least one dead letter (message_ids)")
+    if len(message_ids) > MAX_IDS:
+        raise InvalidRequestError(f"at most {MAX_IDS} dead letters per request: use a redrive job for more")
+    if len(message_ids) > limit and not actor.can(Permission.REDRIVE):
+        raise ForbiddenError(f"{actor.name} ({actor.role}) may resend at most {limit} dead letters at once; "
+                             "an operator can run a redrive job for more")
+    if group is not None:
+        store.metadata.group(group)  # checks the name
+        if store.metadata.topic(topics.dlq_topic(group)) is None:
+            raise NotFoundError(f"group {group} has no dead letters (no {topics.dlq_topic(group)} topic)")
+    where = Destination.parse(destination)
+    reason = audit.checked_reason(reason)
+    if force and not reason:
+        raise InvalidRequestError("say why (reason) to resend a dead letter that was resent already")
+
+    results: dict[str, ItemResult] = {}
+    chosen: list[tuple[str, StoredMessage, str]] = []  # (asked id, dead letter, destination topic)
+    for message_id in dict.fromkeys(message_ids):
+        try:
+            dead = find_dead_letter(store, group, message_id)
+            target = where.topic_for(store, group_of(dead.topic), dead)
+        except NotFoundError as exc:
+            results[message_id] = ItemResult(message_id, None, "not_found", None, error=str(exc))
+            continue
+        except (InvalidRequestError, StoreError) as exc:
+            results[message_id] = ItemResult(message_id, None, FAILED, None, error=str(exc))
+            continue
+        chosen.append((message_id, dead, target))
+    if not force and not audit.used_key(sessions, idempotency_key):
+        earlier = resent_before(sessions, [dead.offset_msg_id for _, dead, _ in chosen])
+        if earlier:
+            first = next(iter(earlier.values()))
+            raise ConflictError(f"{len(earlier)} of these dead letters {'was' if len(earlier) == 1 else 'were'} "
+                                f"resent already ({first.dead_letter_id} by {first.actor}): leave them out, or "
+                                "force with a reason")
+    if dry_run:
+        for message_id, dead, target in chosen:
+            results[message_id] = ItemResult(message_id, dead.offset_msg_id, "would_resend", target)
+        return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False)
+    if not chosen:
+        return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False)
+
+    plan = [(message_id, dead, target, dead.unique_key if dead.unique_key else store.new_unique_key())
+            for message_id, dead, target in chosen]
+    request = {"group": group, "message_ids": list(dict.fromkeys(message_ids)), "destination": where.as_json(),
+               "force": force}
+    target_name = f"dlq:{group}" if group is not None else f"message:{plan[0][1].offset_msg_id}"
+
+    def intent(s: Session, entry_id: int) -> dict:
+        now = clock.now_ms()
+        for _, dead, target, key in plan:
+            s.add(ResendItem(action_id=entry_id, dead_letter_id=dead.offset_msg_id, group=group_of(dead.topic),
+                             destination=target, lookup_key=key, status=PENDING, at_ms=now, actor=actor.name,
+                             claim=None if force else dead.offset_msg_id))
+        return {"action_id": entry_id, "destination": where.as_json(), "count": len(plan),
+                "items": [{"dead_letter": dead.offset_msg_id, "to": target} for _, dead, target, _ in plan]}
 
     def act(decided: dict) -> dict:
-        return {"resent": copy_facts(store.resend_dead_letter(dead.phys_offset, actor=actor.name))}
-
-    done = audit.perform(sessions, clock, actor=actor, action=RESEND_DEAD_LETTER, target=dead.offset_msg_id,
-                         request=request, intent=intent, act=act, idempotency_key=idempotency_key)
-    return Resent(dead.offset_msg_id, done.result["resent"], done.replayed)
-
-
-def _resent_copy(store: MessageStore, dead_letter_id: str, since_ms: int) -> StoredMessage | None:
-    """The copy a resend of the dead letter made at or after `since_ms`, per the trace."""
-    try:
-        dead = _dead_letter(store, dead_letter_id)
-    except (StoreError, InvalidRequestError, NotFoundError):
-        return None
-    why = f"resent from {dead.topic}"
-    for event in store.timeline(dead.unique_key or dead.offset_msg_id):
-        if (event.kind == TraceKind.RESENT and event.at_ms >= since_ms and (event.reason or "").startswith(why)
-                and event.offset_msg_id):
+        action_id = decided["action_id"]
+        done: dict[str, tuple[str, str | None, str | None]] = {}
+        errors: list[StoreError] = []
+        for _, dead, target, key in plan:
+            marks = {ACTION_PROPERTY: str(action_id), RESENT_FROM_PROPERTY: dead.offset_msg_id}
             try:
-                return store.get_by_offset_id(event.offset_msg_id)
-            except StoreError:
-                return None
+                copy = store.resend_dead_letter(dead.phys_offset, actor.name, topic=target, marks=marks,
+                                                unique_key=key)
+                done[dead.offset_msg_id] = (OK, copy.offset_msg_id, None)
+            except StoreError as exc:
+                done[dead.offset_msg_id] = (FAILED, None, str(exc)[:2000])
+                errors.append(exc)
+        with sessions.begin() as s:
+            for item in s.scalars(select(ResendItem).where(ResendItem.action_id == action_id)):
+                item.status, item.new_offset_msg_id, item.error = done[item.dead_letter_id]
+                if item.status == FAILED:
+                    item.claim = None
+        if len(errors) == len(done):
+            raise errors[0]  # nothing was resent: the action failed, as the first error says
+        return {"resent": len(done) - len(errors), "failed": len(errors)}
+
+    performed = audit.perform(sessions, clock, actor=actor, action=RESEND_DEAD_LETTERS, target=target_name,
+                              request=request, intent=intent, act=act, idempotency_key=idempotency_key,
+                              reason=reason)
+    action_id = performed.result["action_id"]
+    with sessions() as s:
+        items = {item.dead_letter_id: item for item in
+                 s.scalars(select(ResendItem).where(ResendItem.action_id == action_id))}
+    for message_id, dead, _, _ in plan:
+        item = items.get(dead.offset_msg_id)
+        if item is not None:
+            results[message_id] = ItemResult(message_id, dead.offset_msg_id, item.status, item.destination,
+                                             item.new_offset_msg_id, item.error)
+    if performed.replayed:  # the ids of the first request: report what it did
+        for item in items.values():
+            results.setdefault(item.dead_letter_id, ItemResult(item.dead_letter_id, item.dead_letter_id, item.status,
+                                                               item.destination, item.new_offset_msg_id, item.error))
+    ordered = [results[m] for m in dict.fromkeys(message_ids) if m in results]
+    return ResendOutcome(action_id, ordered, performed.replayed)
+
+
+def find_copy(store: MessageStore, item: ResendItem, since_ms: int) -> StoredMessage | None:
+    """The copy an item's action made, found through the index by its unique key and matched by marks."""
+    try:
+        found = store.query_by_unique_key(item.destination, item.lookup_key, max(0, since_ms - SETTLE_SLACK_MS),
+                                          FAR_FUTURE_MS).messages
+    except StoreError:
+        return None
+    for msg in found:
+        if (msg.properties.get(ACTION_PROPERTY) == str(item.action_id)
+                and msg.properties.get(RESENT_FROM_PROPERTY) == item.dead_letter_id):
+            return msg
     return None
 
 
 def reconcile_resends(store: MessageStore, sessions: sessionmaker[Session]) -> list[str]:
-    """At start-up: settle resends a crash left pending: ok when the trace shows the copy was
-    written, else failed (the operator may resend again). Returns what was done, for the log."""
-
-    def settle(entry: AuditEntry, detail: dict) -> audit.Settlement:
-        copy = _resent_copy(store, detail.get("request", {}).get("offset_msg_id", ""), entry.at_ms)
-        if copy is None:
-            return audit.FAILED, "interrupted before the dead letter was resent", None
-        return audit.OK, "completed before a restart (found in the trace)", {"resent": copy_facts(copy)}
-
+    """At start-up: settle resends a crash left pending, from the commit log: an item is ok when
+    its copy (carrying the action id and the dead letter id) is in the store, else failed (it may
+    be resent again). Returns what was done, for the log."""
+    done: list[str] = []
     with sessions.begin() as s:
-        return audit.settle_pending(s, RESEND_DEAD_LETTER, settle)
+
+        def settle(entry: AuditEntry, detail: dict) -> audit.Settlement:
+            items = list(s.scalars(select(ResendItem).where(ResendItem.action_id == entry.id)))
+            ok = 0
+            for item in items:
+                copy = find_copy(store, item, entry.at_ms)
+                if copy is not None:
+                    item.status, item.new_offset_msg_id, item.error = OK, copy.offset_msg_id, None
+                    ok += 1
+                else:
+                    item.status, item.error = FAILED, "interrupted before the dead letter was resent"
+                    item.claim = None
+            if ok == 0:
+                return audit.FAILED, "interrupted before any dead letter was resent", {"resent": 0,
+                                                                                         "failed": len(items)}
+            return audit.OK, f"completed before a restart: {ok} of {len(items)} resent (found in the commit log)", {
+                "resent": ok, "failed": len(items) - ok}
+
+        done += audit.settle_pending(s, RESEND_DEAD_LETTERS, settle)
+    return done

@@ -184,8 +184,11 @@ def hops_from_copies(copies: Iterable[StoredMessage], deliver_time: DeliverTime,
     the produced message, a delayed one released, or a dead letter resent."""
     hops: list[Hop] = []
     for msg in sorted(copies, key=lambda m: (m.store_timestamp, m.phys_offset)):
-        kind = topics.copy_kind(msg.topic)
-        if kind == "scheduled":
+        kind = topics.message_copy_kind(msg.topic, msg.properties)
+        if kind == "resent":
+            hops.append(Hop("resent", msg.store_timestamp, f"a dead letter put back on {msg.topic}", True,
+                            **_where(msg)))
+        elif kind == "scheduled":
             hops += _scheduled_hops(msg, deliver_time)
         elif kind == "retry":
             attempt = msg.reconsume_times + 1

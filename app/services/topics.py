@@ -86,7 +86,7 @@ def put_topic(store: MessageStore, sessions: sessionmaker[Session], clock: Clock
         return {"after": {"queues": config.queues, "perm": config.perm}}
 
     audit.perform(sessions, clock, actor=actor, action=UPDATE_TOPIC, target=f"topic:{name}",
-                  request={"queues": config.queues, "perm": config.perm}, intent=lambda s: {"before": before},
+                  request={"queues": config.queues, "perm": config.perm}, intent=lambda s, _: {"before": before},
                   act=act, reason=reason)
     view = get_topic(store, name)
     assert view is not None

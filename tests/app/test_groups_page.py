@@ -127,7 +127,7 @@ async def test_dead_letters_size_and_age(api, clock):
     page = await api.client.get("/groups/GID_d", headers=HTML)
     assert page.status_code == 200
     assert 'data-testid="dlq-size">2<' in page.text and 'data-testid="dlq-age">2m<' in page.text
-    assert 'href="/search?topic=%25DLQ%25GID_d"' in page.text
+    assert 'href="/groups/GID_d/dead-letters"' in page.text  # the group's dead-letter inbox
     assert 'href="/topics/%25DLQ%25GID_d/queues/0"' in page.text
 
     listed = {g["name"]: g for g in (await get_json(api, "/groups.json"))["groups"]}

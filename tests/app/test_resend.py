@@ -1,145 +1,259 @@
-"""POST /api/messages/{offset_msg_id}/resend: dead letters back to their topic, audited, repeat-safe."""
+"""Resending dead letters: POST /api/messages/{id}/resend and POST /api/dlq/{group}/resend.
+By default back to the failed group only, audited, repeat-safe, settled from the commit log."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
+from sqlalchemy import select
 
-from app.models import AuditEntry
+from app.models import ResendItem
 from app.services import audit
-from app.services.resend import RESEND_DEAD_LETTER, reconcile_resends
+from app.services.resend import (
+    ACTION_PROPERTY,
+    RESEND_DEAD_LETTERS,
+    RESENT_FROM_PROPERTY,
+    reconcile_resends,
+)
 from store import topics
-from store.errors import InvalidMessageError
-from tests.app.conftest import assert_error, audit_rows, make_settings, put_messages, running
+from store.errors import DiskFullError
+from tests.app.conftest import assert_error, audit_rows, bearer, make_settings, put_messages, running
 
 pytestmark = pytest.mark.anyio
 
 GROUP = "GID_dlq"
+OTHER = "GID_other"
 URL = "/api/messages/{}/resend"
+BULK = f"/api/dlq/{GROUP}/resend"
 
 
-async def dead_letter(api) -> tuple[dict, str]:
-    """A message of Orders that GROUP failed once with max_reconsume_times 0: (its put result,
-    the dead letter's offset id)."""
+async def receive(api, group: str, topic: str = "Orders") -> list[dict]:
+    r = await api.client.post(f"/api/groups/{group}/receive", json={"topic": topic, "max": 32})
+    assert r.status_code == 200, r.text
+    return r.json()["messages"]
+
+
+async def dead_letter(api, key: str = "k-1") -> tuple[dict, str]:
+    """A message of Orders that GROUP failed once with max_reconsume_times 0 (OTHER acked it):
+    (its put result, the dead letter's offset id)."""
     assert (await api.client.put(f"/api/groups/{GROUP}", json={"max_reconsume_times": 0})).status_code == 200
-    [put] = await put_messages(api, "Orders", {"body": "poison", "keys": ["k-1"], "tags": "T"})
-    [got] = (await api.client.post(f"/api/groups/{GROUP}/receive", json={"topic": "Orders"})).json()["messages"]
+    [put] = await put_messages(api, "Orders", {"body": "poison", "keys": [key], "tags": "T"})
+    [got] = await receive(api, GROUP)
     r = await api.client.post(f"/api/groups/{GROUP}/nack", json={"receipt_handle": got["receipt_handle"]})
     assert r.status_code == 200
+    for other in await receive(api, OTHER):
+        assert (await api.client.post(f"/api/groups/{OTHER}/ack",
+                                      json={"receipt_handle": other["receipt_handle"]})).status_code == 200
     [event] = [e for e in api.store.timeline(put["unique_key"]) if e.kind.value == "dead_letter"]
     assert event.topic == topics.dlq_topic(GROUP)
     return put, event.offset_msg_id
 
 
-async def test_resend_puts_a_fresh_copy_on_the_original_topic_with_an_audit_entry(api, clock):
+def copies_in(api, topic: str, unique_key: str) -> list:
+    return api.store.query_by_unique_key(topic, unique_key).messages
+
+
+def resends(api) -> list:
+    return audit_rows(api.sessions, action=RESEND_DEAD_LETTERS)
+
+
+async def test_resend_goes_back_to_the_failed_group_only_with_an_audit_entry(api, clock):
     put, dead_id = await dead_letter(api)
-    r = await api.client.post(URL.format(dead_id))
+    r = await api.client.post(URL.format(dead_id), json={"reason": "ticket 42"})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["ok"] is True and body["dead_letter"] == dead_id and body["replayed"] is False
-    copy = body["result"]
-    assert copy["topic"] == "Orders" and copy["unique_key"] == put["unique_key"]
-    resent = api.store.get_by_offset_id(copy["offset_msg_id"])
-    assert resent.body == b"poison" and resent.keys == ["k-1"] and resent.tags == "T" and resent.reconsume_times == 0
-    assert topics.DLQ_ORIGIN_TOPIC not in resent.properties
+    retry = topics.pop_retry_topic(GROUP, "Orders")  # GROUP receives by pop: its pop retry topic
+    assert (body["dead_letter"], body["destination"], body["replayed"]) == (dead_id, retry, False)
+    copy = api.store.get_by_offset_id(body["result"]["offset_msg_id"])
+    assert copy.topic == retry and copy.unique_key == put["unique_key"] and copy.body == b"poison"
+    assert copy.keys == ["k-1"] and copy.tags == "T" and copy.reconsume_times == 0
+    assert copy.properties[ACTION_PROPERTY] == str(body["action_id"])
+    assert copy.properties[RESENT_FROM_PROPERTY] == dead_id
+    assert copy.properties[topics.RETRY_TOPIC] == "Orders"
 
-    [entry] = audit_rows(api.sessions, action=RESEND_DEAD_LETTER)
-    assert (entry.action, entry.target, entry.outcome, entry.actor, entry.at_ms) == (
-        RESEND_DEAD_LETTER, dead_id, audit.OK, "bootstrap-admin", clock.now_ms())
-    assert json.loads(entry.detail) == {"request": {"offset_msg_id": dead_id},
-                                        "result": {"dead_letter_topic": topics.dlq_topic(GROUP), "resent": copy}}
-    kinds = [e.kind.value for e in api.store.timeline(put["unique_key"])]
-    assert kinds[-1] == "resent"
-    # consumers get it again as a first delivery
-    [again] = (await api.client.post(f"/api/groups/{GROUP}/receive", json={"topic": "Orders"})).json()["messages"]
-    assert again["offset_msg_id"] == copy["offset_msg_id"] and again["delivery_attempt"] == 1
+    [entry] = resends(api)
+    assert (entry.id, entry.action, entry.target, entry.outcome, entry.actor, entry.role, entry.reason) == (
+        body["action_id"], RESEND_DEAD_LETTERS, f"message:{dead_id}", audit.OK, "bootstrap-admin", "admin",
+        "ticket 42")
+    assert json.loads(entry.detail)["result"]["items"] == [{"dead_letter": dead_id, "to": retry}]
+    # the failed group gets it again as a first delivery; the group that acked it does not
+    assert await receive(api, OTHER) == []
+    [again] = await receive(api, GROUP)
+    assert again["offset_msg_id"] == copy.offset_msg_id and again["delivery_attempt"] == 1
+    r = await api.client.post(f"/api/groups/{GROUP}/ack", json={"receipt_handle": again["receipt_handle"]})
+    assert r.status_code == 200
 
 
-async def test_an_idempotency_key_resends_once(api):
+async def test_a_push_group_gets_it_through_its_retry_topic(api):
+    [put] = await put_messages(api, "Orders", {"body": "p", "keys": ["push-1"]})
+    original = api.store.get_by_offset_id(put["offset_msg_id"])
+    api.store.metadata.update_group("GID_push", max_reconsume_times=0)
+    api.store.send_back(original.phys_offset, "GID_push", delay_level=-1)  # a push consumer gave up on it
+    [dead] = copies_in(api, topics.dlq_topic("GID_push"), put["unique_key"])
+    r = await api.client.post(URL.format(dead.offset_msg_id))
+    assert r.status_code == 200, r.text
+    assert r.json()["destination"] == topics.retry_topic("GID_push")
+
+
+@pytest.mark.parametrize(("destination", "expected"), [("topic", "Orders"), ({"topic": "Replays"}, "Replays")])
+async def test_resend_to_the_original_or_a_chosen_topic(api, destination, expected):
     put, dead_id = await dead_letter(api)
-    headers = {"Idempotency-Key": "click-1"}
-    first = await api.client.post(URL.format(dead_id), headers=headers)
-    second = await api.client.post(URL.format(dead_id.lower()), headers=headers)
-    assert first.status_code == second.status_code == 200
-    assert second.json()["replayed"] is True and second.json()["result"] == first.json()["result"]
-    assert sum(hi - lo for _, lo, hi in api.store.topics()["Orders"]) == 2  # the original and one copy
-    assert len(audit_rows(api.sessions, action=RESEND_DEAD_LETTER)) == 1
-    third = await api.client.post(URL.format(dead_id))  # no key: an operator may resend again on purpose
-    assert third.status_code == 200 and third.json()["result"] != first.json()["result"]
+    r = await api.client.post(BULK, json={"message_ids": [dead_id], "destination": destination})
+    assert r.status_code == 200, r.text
+    [result] = r.json()["results"]
+    assert (result["status"], result["destination"]) == ("ok", expected)
+    copy = api.store.get_by_offset_id(result["new_offset_msg_id"])
+    assert copy.topic == expected and topics.RETRY_TOPIC not in copy.properties
+    if expected == "Orders":  # every group sees it again
+        assert [m["offset_msg_id"] for m in await receive(api, OTHER)] == [copy.offset_msg_id]
 
 
-async def test_a_key_reused_for_another_dead_letter_is_409(api):
-    _, dead_id = await dead_letter(api)
-    _, other_dead_id = await dead_letter(api)
-    assert (await api.client.post(URL.format(dead_id), headers={"Idempotency-Key": "k"})).status_code == 200
-    r = await api.client.post(URL.format(other_dead_id), headers={"Idempotency-Key": "k"})
-    assert_error(r, 409, "different request")
-    assert sum(hi - lo for _, lo, hi in api.store.topics()["Orders"]) == 3  # two originals and one copy
-    r = await api.client.post(URL.format(other_dead_id), headers={"Idempotency-Key": "x" * 256})
-    assert_error(r, 400, "idempotency key")
+async def test_a_dead_letter_resent_already_needs_force_and_a_reason(api):
+    put, dead_id = await dead_letter(api)
+    assert (await api.client.post(URL.format(dead_id))).status_code == 200
+    assert_error(await api.client.post(URL.format(dead_id)), 409, "resent already", "bootstrap-admin")
+    assert_error(await api.client.post(BULK, json={"message_ids": [dead_id]}), 409, "resent already")
+    assert_error(await api.client.post(URL.format(dead_id), json={"force": True}), 400, "reason")
+    r = await api.client.post(URL.format(dead_id), json={"force": True, "reason": "customer asked twice"})
+    assert r.status_code == 200
+    assert len(copies_in(api, topics.pop_retry_topic(GROUP, "Orders"), put["unique_key"])) == 2
 
 
-async def test_not_a_dead_letter_is_400_and_leaves_no_audit_row(api):
-    put, _ = await dead_letter(api)
+async def test_identical_concurrent_requests_make_one_copy(api):
+    put, dead_id = await dead_letter(api)
+    keyed = [api.client.post(URL.format(dead_id), headers={"Idempotency-Key": "click-1"}) for _ in range(4)]
+    unkeyed = [api.client.post(URL.format(dead_id)) for _ in range(4)]
+    answers = await asyncio.gather(*keyed, *unkeyed)
+    assert {a.status_code for a in answers} <= {200, 409}
+    made = {a.json()["result"]["offset_msg_id"] for a in answers if a.status_code == 200}
+    assert len(made) == 1
+    assert len(copies_in(api, topics.pop_retry_topic(GROUP, "Orders"), put["unique_key"])) == 1
+    # a repeat with the key later gets the first answer
+    again = await api.client.post(URL.format(dead_id), headers={"Idempotency-Key": "click-1"})
+    if again.status_code == 200:
+        assert again.json()["replayed"] is True and again.json()["result"]["offset_msg_id"] in made
+    else:
+        assert_error(again, 409, "resent already")
+
+
+async def test_bulk_resend_by_id_or_unique_key_with_a_result_each(api):
+    first, first_dead = await dead_letter(api, "a")
+    second, _ = await dead_letter(api, "b")
+    ids = [first_dead, second["unique_key"], "NO_SUCH_KEY"]
+    r = await api.client.post(BULK, json={"message_ids": ids, "dry_run": True})
+    assert r.status_code == 200 and r.json()["action_id"] is None
+    assert [x["status"] for x in r.json()["results"]] == ["would_resend", "would_resend", "not_found"]
+    assert resends(api) == []
+    r = await api.client.post(BULK, json={"message_ids": ids, "reason": "outage"})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [x["message_id"] for x in results] == ids
+    assert [x["status"] for x in results] == ["ok", "ok", "not_found"]
+    assert "no dead letter of group GID_dlq has the id or unique key NO_SUCH_KEY" in results[2]["error"]
+    [entry] = resends(api)
+    assert entry.target == f"dlq:{GROUP}" and json.loads(entry.detail)["result"]["count"] == 2
+
+
+async def test_the_support_role_resends_up_to_its_limit(data_dir, clock):
+    async with running(make_settings(data_dir, resend_limit=1), clock) as api:
+        first, first_dead = await dead_letter(api, "a")
+        second, second_dead = await dead_letter(api, "b")
+        tokens = {}
+        for role in ("support", "operator"):
+            tokens[role] = (await api.client.post("/api/tokens", json={"name": role, "role": role})).json()["value"]
+        r = await api.client.post(BULK, json={"message_ids": [first_dead, second_dead]},
+                                  headers=bearer(tokens["support"]))
+        assert_error(r, 403, "at most 1", "redrive job")
+        r = await api.client.post(BULK, json={"message_ids": [first_dead]}, headers=bearer(tokens["support"]))
+        assert r.status_code == 200 and resends(api)[0].actor == "support"
+        r = await api.client.post(BULK, json={"message_ids": [second_dead]}, headers=bearer(tokens["operator"]))
+        assert r.status_code == 200
+
+
+async def test_bad_resend_requests(api):
+    put, dead_id = await dead_letter(api)
     assert_error(await api.client.post(URL.format(put["offset_msg_id"])), 400, "not in a dead-letter topic")
-    assert audit_rows(api.sessions, action=RESEND_DEAD_LETTER) == []
+    assert_error(await api.client.post(URL.format("xyz")), 400, "offset message id")
+    assert_error(await api.client.post(URL.format("G" * 32)), 400, "offset message id")
+    assert_error(await api.client.post(URL.format("7F00000100002A9F00000000000FFFFF")), 404, "no message")
+    assert_error(await api.client.post(BULK, json={"message_ids": []}), 422)
+    assert_error(await api.client.post(BULK, json={"message_ids": ["x"] * 1001}), 422)
+    assert_error(await api.client.post(BULK, json={"message_ids": [dead_id], "destination": "elsewhere"}), 422)
+    assert_error(await api.client.post(BULK, json={"message_ids": [dead_id], "destination": {"topic": "%DLQ%x"}}),
+                 400, "system topic")
+    assert_error(await api.client.post("/api/dlq/nobody/resend", json={"message_ids": [dead_id]}), 404,
+                 "no dead letters")
+    assert_error(await api.client.post(f"/api/dlq/{OTHER}x/resend", json={"message_ids": [dead_id]}), 404)
+    assert_error(await api.client.post(URL.format(dead_id), headers={"Idempotency-Key": "x" * 256}), 422)
+    assert resends(api) == []
 
 
-@pytest.mark.parametrize(("message_id", "status", "fragment"), [
-    ("xyz", 400, "offset message id"),
-    ("G" * 32, 400, "hex"),
-    ("7F00000100002A9F00000000000FFFFF", 404, "no message"),
-    ("0A0B0C0D00002A9F0000000000000000", 404, "no message"),
-])
-async def test_bad_or_unknown_ids(api, message_id, status, fragment):
-    await dead_letter(api)
-    assert_error(await api.client.post(URL.format(message_id)), status, fragment)
-    assert audit_rows(api.sessions, action=RESEND_DEAD_LETTER) == []
+async def test_a_failed_resend_is_recorded_and_can_be_tried_again(api, monkeypatch):
+    put, dead_id = await dead_letter(api)
+    real = api.store.resend_dead_letter
 
-
-async def test_a_failed_resend_is_recorded_as_failed(api, monkeypatch):
-    _, dead_id = await dead_letter(api)
-
-    def refuse(phys_offset, actor=None):
-        raise InvalidMessageError("the dead letter does not say which topic it came from")
+    def refuse(*args, **kwargs):
+        raise DiskFullError("the disk is full")
 
     monkeypatch.setattr(api.store, "resend_dead_letter", refuse)
-    assert_error(await api.client.post(URL.format(dead_id), headers={"Idempotency-Key": "f"}), 400,
-                 "does not say which topic")
-    [entry] = audit_rows(api.sessions, action=RESEND_DEAD_LETTER)
-    assert entry.outcome == audit.FAILED and "does not say which topic" in entry.outcome_detail
     r = await api.client.post(URL.format(dead_id), headers={"Idempotency-Key": "f"})
-    assert_error(r, 409, "failed")
+    assert_error(r, 429, "disk is full")
+    [entry] = resends(api)
+    assert entry.outcome == audit.FAILED and "disk is full" in entry.outcome_detail
+    with api.sessions() as s:
+        [item] = s.scalars(select(ResendItem)).all()
+        assert (item.status, item.claim) == ("failed", None)
+    monkeypatch.setattr(api.store, "resend_dead_letter", real)
+    assert_error(await api.client.post(URL.format(dead_id), headers={"Idempotency-Key": "f"}), 409, "failed")
+    assert (await api.client.post(URL.format(dead_id))).status_code == 200  # not resent: no force needed
 
 
-async def test_start_up_settles_resends_a_crash_left_pending(api, clock):
-    _, dead_id = await dead_letter(api)
-    _, other_dead_id = await dead_letter(api)
-    with api.sessions.begin() as s:
-        for target in (dead_id, other_dead_id):
-            s.add(AuditEntry(at_ms=clock.now_ms(), actor="ops", action=RESEND_DEAD_LETTER, target=target,
-                             detail=json.dumps({"request": {"offset_msg_id": target},
-                                                "result": {"dead_letter_topic": topics.dlq_topic(GROUP)}}),
-                             outcome=audit.PENDING))
-    clock.advance(5)
-    copy = api.store.resend_dead_letter(api.store.get_by_offset_id(dead_id).phys_offset, actor="ops")  # then a crash
+async def test_start_up_settles_from_the_commit_log_one_copy_per_item(api, clock, monkeypatch):
+    _, done_dead = await dead_letter(api, "a")
+    _, cut_dead = await dead_letter(api, "b")
+
+    # the resend of done_dead acts, then "crashes" before its outcome is recorded
+    def crash(*args, **kwargs):
+        raise SystemExit("killed")
+
+    original_perform = audit.perform
+
+    def perform_then_crash(sessions, clock_, **kw):
+        act = kw["act"]
+
+        def act_and_die(decided):
+            act(decided)
+            crash()
+
+        return original_perform(sessions, clock_, **{**kw, "act": act_and_die})
+
+    monkeypatch.setattr(audit, "perform", perform_then_crash)
+    with pytest.raises(SystemExit):
+        await api.client.post(URL.format(done_dead))
+
+    # the resend of cut_dead is recorded but dies before it touches the store
+    def die_first(sessions, clock_, **kw):
+        return original_perform(sessions, clock_, **{**kw, "act": lambda decided: crash()})
+
+    monkeypatch.setattr(audit, "perform", die_first)
+    with pytest.raises(SystemExit):
+        await api.client.post(URL.format(cut_dead))
+    monkeypatch.setattr(audit, "perform", original_perform)
+
+    # both entries stay pending (SystemExit is not an Exception: the failure path never ran)
+    assert [e.outcome for e in resends(api)] == [audit.PENDING, audit.PENDING]
     done = reconcile_resends(api.store, api.sessions)
     assert len(done) == 2
-    finished, interrupted = audit_rows(api.sessions, action=RESEND_DEAD_LETTER)
-    assert finished.outcome == audit.OK and "found in the trace" in finished.outcome_detail
-    assert json.loads(finished.detail)["result"]["resent"]["offset_msg_id"] == copy.offset_msg_id
+    finished, interrupted = resends(api)
+    assert finished.outcome == audit.OK and "found in the commit log" in finished.outcome_detail
     assert interrupted.outcome == audit.FAILED and "interrupted" in interrupted.outcome_detail
+    with api.sessions() as s:
+        items = {i.dead_letter_id: i for i in s.scalars(select(ResendItem))}
+    copy = api.store.get_by_offset_id(items[done_dead].new_offset_msg_id)
+    assert copy.properties[RESENT_FROM_PROPERTY] == done_dead
+    assert (items[cut_dead].status, items[cut_dead].claim) == ("failed", None)
     assert reconcile_resends(api.store, api.sessions) == []
-
-
-async def test_the_server_settles_pending_resends_when_it_starts(data_dir, clock):
-    settings = make_settings(data_dir)
-    async with running(settings, clock) as api:
-        _, dead_id = await dead_letter(api)
-        with api.sessions.begin() as s:
-            s.add(AuditEntry(at_ms=clock.now_ms(), actor="ops", action=RESEND_DEAD_LETTER, target=dead_id,
-                             detail=json.dumps({"request": {"offset_msg_id": dead_id}}), outcome=audit.PENDING))
-    async with running(settings, clock) as again:
-        [entry] = audit_rows(again.sessions, action=RESEND_DEAD_LETTER)
-        assert entry.outcome == audit.FAILED and "interrupted" in entry.outcome_detail
+    # the interrupted one may be resent now, without force
+    assert (await api.client.post(URL.format(cut_dead))).status_code == 200

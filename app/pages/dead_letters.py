@@ -1,0 +1,152 @@
+"""The dead-letter inbox pages: one group's (or every group's) dead letters with filters, a
+Resend button on each row, bulk resend of the selected ones or of all matching, a confirmation
+that says exactly what will happen, and the result of each resend."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Form, Request
+
+from app.deps import ClockDep, SessionsDep, StoreDep
+from app.pages import RendererDep
+from app.pages.params import as_form_time, optional_int, optional_time_ms
+from app.security import READ, Resender
+from app.services import dead_letters
+from app.services import resend as resend_service
+from app.services.audit import MAX_REASON
+from app.services.dead_letters import MAX_LIMIT, Filter
+from app.services.errors import InvalidRequestError
+from store import topics
+
+router = APIRouter(include_in_schema=False)
+
+PAGE_SIZE = 50
+FormText = Annotated[str | None, Form(max_length=255)]
+
+
+def _filter(begin: str | None, end: str | None, key: str | None, tag: str | None, reason: str | None,
+            state: str | None) -> Filter:
+    return Filter(optional_time_ms(begin, "From") or 0, optional_time_ms(end, "To"), (key or "").strip() or None,
+                  (tag or "").strip() or None, (reason or "").strip() or None, (state or "").strip() or None)
+
+
+def route_of(store, group: str, original_topic: str | None) -> str:
+    """The retry topic a default resend of the group's dead letter takes (said in the confirmation)."""
+    if original_topic and store.pops(group, original_topic):
+        return topics.pop_retry_topic(group, original_topic)
+    return topics.retry_topic(group)
+
+
+def _inbox_page(request: Request, renderer, store, sessions, clock, group: str | None, begin, end, key, tag,
+                reason, state, cursor, limit):
+    wanted = _filter(begin, end, key, tag, reason, state)
+    size = optional_int(limit, "Per page", low=1, high=MAX_LIMIT) or PAGE_SIZE
+    found = dead_letters.inbox(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted,
+                               cursor or None, size)
+    query = wanted.as_query()
+    base = f"/groups/{group}/dead-letters" if group else "/dead-letters"
+    rows = []
+    for m in found.messages:
+        row = vars(m).copy()
+        row.pop("phys_offset", None)
+        row["route"] = route_of(store, m.group, m.original_topic)
+        rows.append(row)
+    data = {
+        "nav": "dead_letters", "group": group, "messages": rows, "total": found.total, "counts": found.counts,
+        "oldest_waiting_ms": found.oldest_waiting_ms, "truncated": found.truncated,
+        "now_ms": clock.now_ms(),
+        "next_url": f"{base}?" + urlencode({**query, "cursor": found.next_cursor, "limit": size})
+        if found.next_cursor else None,
+        "first_url": f"{base}?" + urlencode({**query, "limit": size}) if cursor else None,
+        "export": {kind: f"/api/dlq/{group}/messages.{kind}?" + urlencode(query) for kind in ("csv", "ndjson")}
+        if group else None,
+        "form": {"begin": as_form_time(wanted.begin or None), "end": as_form_time(wanted.end), "key": key or "",
+                 "tag": tag or "", "reason": reason or "", "state": state or "", "limit": size},
+        "filter": query, "states": dead_letters.STATES, "click_key": secrets.token_urlsafe(16),
+    }
+    return renderer.page(request, "dead_letters/inbox.html", data, fragment="inbox")
+
+
+@router.get("/dead-letters", dependencies=[READ])
+def every_group(request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep, renderer: RendererDep,
+                begin: str | None = None, end: str | None = None, key: str | None = None, tag: str | None = None,
+                reason: str | None = None, state: str | None = None, cursor: str | None = None,
+                limit: str | None = None):
+    return _inbox_page(request, renderer, store, sessions, clock, None, begin, end, key, tag, reason, state, cursor,
+                       limit)
+
+
+@router.get("/groups/{group}/dead-letters", dependencies=[READ])
+def one_group(group: str, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+              renderer: RendererDep, begin: str | None = None, end: str | None = None, key: str | None = None,
+              tag: str | None = None, reason: str | None = None, state: str | None = None,
+              cursor: str | None = None, limit: str | None = None):
+    return _inbox_page(request, renderer, store, sessions, clock, group, begin, end, key, tag, reason, state, cursor,
+                       limit)
+
+
+def _destination(choice: str, topic: str | None) -> object:
+    if choice == "named":
+        if not topic or not topic.strip():
+            raise InvalidRequestError("name the topic to resend to")
+        return {"topic": topic.strip()}
+    if choice not in ("group", "topic"):
+        raise InvalidRequestError("choose where to resend: the failed group, the original topic or a topic")
+    return choice
+
+
+def _sentence(count: int, group: str, destination: object, routes: set[str]) -> str:
+    what = f"{count} message{'' if count == 1 else 's'}"
+    them = "it" if count == 1 else "them"
+    if destination == "group":
+        return f"{what} back to group {group} only, through {', '.join(sorted(routes))}"
+    if destination == "topic":
+        return f"{what} back to {', '.join(sorted(routes))}: every group subscribed to it gets {them} again"
+    return f"{what} to topic {destination['topic']}: every group subscribed to it gets {them}"
+
+
+@router.post("/dead-letters/resend")
+def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep, renderer: RendererDep,
+           actor: Resender, group: Annotated[str, Form(max_length=255)],
+           message_id: Annotated[list[str] | None, Form(max_length=255)] = None,
+           destination: Annotated[str, Form(max_length=16)] = "group",
+           topic: Annotated[str | None, Form(max_length=127)] = None,
+           reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None,
+           force: Annotated[bool, Form()] = False, confirm: Annotated[bool, Form()] = False,
+           all_matching: Annotated[bool, Form()] = False,
+           idempotency_key: Annotated[str | None, Form(max_length=255)] = None,
+           begin: FormText = None, end: FormText = None, key: FormText = None, tag: FormText = None,
+           reason_filter: FormText = None, state: FormText = None):
+    """Without `confirm`: what would happen (a dry run), with a button to do it. With it: the resend."""
+    chosen = _destination(destination, topic)
+    settings = request.app.state.settings
+    if all_matching:
+        wanted = _filter(begin, end, key, tag, reason_filter, state)
+        ids = dead_letters.matching_ids(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted)
+        if len(ids) > resend_service.MAX_IDS:
+            raise InvalidRequestError(f"{len(ids)} dead letters match: at most {resend_service.MAX_IDS} at once "
+                                      "here; narrow the filter, or start a redrive job")
+    else:
+        ids = list(dict.fromkeys(message_id or []))
+    if not ids:
+        raise InvalidRequestError("select at least one dead letter to resend")
+    back = f"/groups/{group}/dead-letters"
+    if not confirm:
+        plan = resend_service.resend(store, sessions, clock, group, ids, actor=actor, destination=chosen,
+                                     dry_run=True, reason=reason, force=force, limit=settings.resend_limit)
+        going = [r for r in plan.results if r.status == "would_resend"]
+        data = {"nav": "dead_letters", "group": group, "results": plan.results,
+                "sentence": _sentence(len(going), group, chosen, {r.destination for r in going if r.destination}),
+                "ids": [r.dead_letter_id for r in going], "destination": destination, "topic": topic or "",
+                "reason": reason or "", "force": force, "click_key": secrets.token_urlsafe(16), "back_url": back}
+        return renderer.page(request, "dead_letters/confirm.html", data)
+    done = resend_service.resend(store, sessions, clock, group, ids, actor=actor, destination=chosen, reason=reason,
+                                 force=force, idempotency_key=idempotency_key or None, limit=settings.resend_limit)
+    ok = [r for r in done.results if r.status == "ok"]
+    data = {"nav": "dead_letters", "group": group, "results": done.results, "action_id": done.action_id,
+            "replayed": done.replayed, "back_url": back,
+            "sentence": _sentence(len(ok), group, chosen, {r.destination for r in ok if r.destination})}
+    return renderer.page(request, "dead_letters/resent.html", data)

@@ -1,0 +1,257 @@
+"""The dead-letter inbox: a group's dead letters (or every group's), newest first, with why each
+failed, how long retention keeps it, and what became of a resend: waiting, resent (when, by
+whom, the copy consumed or still pending) or resent and failed again."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.models import ResendItem
+from app.services.errors import InvalidRequestError, NotFoundError
+from app.services.resend import RESENT_FROM_PROPERTY, group_of, resent_before
+from store import topics
+from store.clock import Clock
+from store.codec import StoredMessage
+from store.errors import StoreError
+from store.message_store import MessageStore
+from store.retry import origin_topic
+from store.trace import TraceKind
+
+STATES = ("waiting", "resent", "failed_again")
+MAX_LIMIT = 500
+MAX_SCAN = 200_000  # dead letters looked at per request
+CURSOR = re.compile(r"^(?P<ts>\d{1,19})-(?P<phys>\d{1,19})$")
+
+
+@dataclass(frozen=True)
+class Filter:
+    begin: int = 0
+    end: int | None = None
+    key: str | None = None
+    tag: str | None = None
+    reason: str | None = None  # text the failure reason contains (case-insensitive)
+    state: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.state is not None and self.state not in STATES:
+            raise InvalidRequestError(f"unknown state {self.state[:20]!r}: use one of {', '.join(STATES)}")
+        if self.end is not None and self.begin > self.end:
+            raise InvalidRequestError("the time window begins after it ends")
+        for name in ("key", "tag", "reason"):
+            value = getattr(self, name)
+            if value is not None and len(value) > 255:
+                raise InvalidRequestError(f"{name} is longer than 255 characters")
+
+    def as_query(self) -> dict:
+        return {name: value for name, value in (("begin", self.begin or None), ("end", self.end), ("key", self.key),
+                                                ("tag", self.tag), ("reason", self.reason), ("state", self.state))
+                if value not in (None, "")}
+
+
+@dataclass
+class DeadLetter:
+    offset_msg_id: str
+    unique_key: str | None
+    group: str
+    topic: str
+    original_topic: str | None
+    keys: list[str]
+    tags: str | None
+    reason: str
+    reconsume_times: int
+    store_timestamp: int
+    age_ms: int
+    expires_at: int | None
+    state: str  # waiting | resent | failed_again
+    resent_after: str | None = None  # the dead letter whose resent copy this one is
+    resend: dict | None = None  # the last resend: at_ms, actor, action_id, new_offset_msg_id, copy_state
+    dead_again: str | None = None  # failed_again: the newer dead letter's offset id
+    phys_offset: int = field(default=0, repr=False)
+
+
+@dataclass(frozen=True)
+class Inbox:
+    group: str | None
+    messages: list[DeadLetter]
+    next_cursor: str | None
+    total: int  # matching the filter
+    counts: dict[str, int]  # per state, among those matching the filter but its state
+    oldest_waiting_ms: int | None  # store time of the oldest waiting one
+    truncated: bool  # more than MAX_SCAN dead letters: the oldest were not looked at
+
+
+class ReasonCache:
+    """Why each dead letter failed, from the trace (it never changes once written)."""
+
+    def __init__(self, size: int = 100_000):
+        self._reasons: OrderedDict[int, str] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, store: MessageStore, msg: StoredMessage) -> str:
+        with self._lock:
+            if msg.phys_offset in self._reasons:
+                return self._reasons[msg.phys_offset]
+        reason = _reason_from_trace(store, msg)
+        with self._lock:
+            self._reasons[msg.phys_offset] = reason
+            if len(self._reasons) > self._size:
+                self._reasons.popitem(last=False)
+        return reason
+
+
+def _reason_from_trace(store: MessageStore, msg: StoredMessage) -> str:
+    try:
+        events = store.timeline(msg.unique_key or msg.offset_msg_id)
+    except StoreError:
+        return ""
+    last_failure = ""
+    for event in events:
+        if event.kind in (TraceKind.FAILED, TraceKind.INVISIBLE_TIMEOUT) and event.reason:
+            last_failure = event.reason
+        if event.kind == TraceKind.DEAD_LETTER and event.offset_msg_id == msg.offset_msg_id:
+            return event.reason or last_failure
+    return last_failure
+
+
+def _cursor(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    match = CURSOR.match(text)
+    if not match:
+        raise InvalidRequestError(f"malformed cursor {text[:40]!r}: use next_cursor of the previous page")
+    return int(match["ts"]), int(match["phys"])
+
+
+def dead_letter_topics(store: MessageStore, group: str | None) -> list[str]:
+    if group is not None:
+        store.metadata.group(group)  # checks the name
+        name = topics.dlq_topic(group)
+        if store.metadata.topic(name) is None and name not in store.topics():
+            raise NotFoundError(f"group {group} has no dead letters (no {name} topic)")
+        return [name]
+    return sorted(t for t in store.topics() if topics.is_dlq_topic(t))
+
+
+def _scan(store: MessageStore, names: list[str]) -> tuple[list[StoredMessage], bool]:
+    """Every dead letter of the topics, newest first (at most MAX_SCAN)."""
+    found: list[StoredMessage] = []
+    truncated = False
+    queues = store.topics()
+    for name in names:
+        for queue_id, lo, hi in queues.get(name, []):
+            for offset in range(hi - 1, lo - 1, -1):
+                if len(found) >= MAX_SCAN:
+                    truncated = True
+                    break
+                try:
+                    found.append(store.get_by_queue_offset(name, queue_id, offset))
+                except StoreError:
+                    continue  # expired or unreadable: not in the inbox
+    found.sort(key=lambda m: (m.store_timestamp, m.phys_offset), reverse=True)
+    return found, truncated
+
+
+def copy_state(store: MessageStore, group: str, offset_msg_id: str | None) -> str:
+    """What became of a resent copy for its group: consumed, pending or unknown (gone)."""
+    if offset_msg_id is None:
+        return "pending"
+    try:
+        copy = store.get_by_offset_id(offset_msg_id)
+    except StoreError:
+        return "unknown"
+    committed = store.offsets.get(copy.topic, group, copy.queue_id)
+    return "consumed" if committed is not None and committed > copy.queue_offset else "pending"
+
+
+@dataclass
+class _Matches:
+    matching: list[tuple[StoredMessage, str]]  # (dead letter, state), newest first
+    counts: dict[str, int]
+    oldest_waiting: int | None
+    truncated: bool
+    resends: dict[str, ResendItem]
+    dead_again: dict[str, str]
+
+
+def _match(store: MessageStore, sessions: sessionmaker[Session], now: int, reasons: ReasonCache,
+           group: str | None, wanted: Filter) -> _Matches:
+    all_dead, truncated = _scan(store, dead_letter_topics(store, group))
+    by_id = {m.offset_msg_id: m for m in all_dead}
+    dead_again: dict[str, str] = {}  # dead letter -> the newer dead letter of its resent copy
+    for msg in all_dead:
+        earlier = msg.properties.get(RESENT_FROM_PROPERTY)
+        if earlier is not None and earlier not in dead_again:
+            dead_again[earlier] = msg.offset_msg_id
+    resends = resent_before(sessions, list(by_id))
+    end = wanted.end if wanted.end is not None else now + 365 * 24 * 3600 * 1000
+    needle = wanted.reason.lower() if wanted.reason else None
+    matching: list[tuple[StoredMessage, str]] = []
+    counts = dict.fromkeys(STATES, 0)
+    oldest_waiting = None
+    for msg in all_dead:
+        if not wanted.begin <= msg.store_timestamp <= end:
+            continue
+        if wanted.key is not None and wanted.key not in msg.keys and wanted.key != msg.unique_key:
+            continue
+        if wanted.tag is not None and msg.tags != wanted.tag:
+            continue
+        if needle is not None and needle not in reasons.get(store, msg).lower():
+            continue
+        state = ("failed_again" if msg.offset_msg_id in dead_again
+                 else "resent" if msg.offset_msg_id in resends else "waiting")
+        counts[state] += 1
+        if state == "waiting":
+            oldest_waiting = msg.store_timestamp
+        if wanted.state is None or wanted.state == state:
+            matching.append((msg, state))
+    return _Matches(matching, counts, oldest_waiting, truncated, resends, dead_again)
+
+
+def inbox(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, reasons: ReasonCache,
+          group: str | None, wanted: Filter, cursor: str | None = None, limit: int = 50) -> Inbox:
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequestError(f"limit is between 1 and {MAX_LIMIT}")
+    after = _cursor(cursor)
+    now = clock.now_ms()
+    found = _match(store, sessions, now, reasons, group, wanted)
+    matching = found.matching
+    page_from = 0
+    if after is not None:
+        page_from = next((i for i, (m, _) in enumerate(matching)
+                          if (m.store_timestamp, m.phys_offset) < after), len(matching))
+    page = matching[page_from:page_from + limit]
+    rows = [_row(store, reasons, msg, state, found.resends.get(msg.offset_msg_id),
+                 found.dead_again.get(msg.offset_msg_id), now) for msg, state in page]
+    more = page_from + limit < len(matching)
+    next_cursor = f"{page[-1][0].store_timestamp}-{page[-1][0].phys_offset}" if more and page else None
+    return Inbox(group, rows, next_cursor, len(matching), found.counts, found.oldest_waiting, found.truncated)
+
+
+def _row(store: MessageStore, reasons: ReasonCache, msg: StoredMessage, state: str, item: ResendItem | None,
+         dead_again: str | None, now: int) -> DeadLetter:
+    group = group_of(msg.topic)
+    expiry = store.expires_at(msg.phys_offset)
+    resend = None
+    if item is not None:
+        resend = {"at_ms": item.at_ms, "actor": item.actor, "action_id": item.action_id,
+                  "destination": item.destination, "new_offset_msg_id": item.new_offset_msg_id,
+                  "copy_state": "failed_again" if dead_again else copy_state(store, group, item.new_offset_msg_id)}
+    return DeadLetter(
+        offset_msg_id=msg.offset_msg_id, unique_key=msg.unique_key, group=group, topic=msg.topic,
+        original_topic=origin_topic(msg), keys=msg.keys, tags=msg.tags, reason=reasons.get(store, msg),
+        reconsume_times=msg.reconsume_times, store_timestamp=msg.store_timestamp, age_ms=now - msg.store_timestamp,
+        expires_at=expiry.at_ms if expiry is not None else None, state=state,
+        resent_after=msg.properties.get(RESENT_FROM_PROPERTY), resend=resend, dead_again=dead_again,
+        phys_offset=msg.phys_offset)
+
+
+def matching_ids(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, reasons: ReasonCache,
+                 group: str, wanted: Filter) -> list[str]:
+    """The offset ids of every dead letter the filter matches, newest first (for "resend all matching")."""
+    return [msg.offset_msg_id for msg, _ in _match(store, sessions, clock.now_ms(), reasons, group, wanted).matching]
