@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from app.presenters import message_dict
+from app.services.errors import ServiceError
 from store.errors import StoreError
 from store.geometry import (
     DEFAULT_COMMITLOG_FILE_SIZE,
@@ -30,6 +31,8 @@ store_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Write
 app.add_typer(store_app, name="store")
 db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The operator database (SQLite).")
 app.add_typer(db_app, name="db")
+users_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The console's users.")
+app.add_typer(users_app, name="users")
 
 StoreDir = Annotated[Path, typer.Option("--store", help="Store directory (the folder holding commitlog/).")]
 CommitlogSize = Annotated[int, typer.Option("--commitlog-file-size", min=4096, help="Commit log segment bytes.")]
@@ -256,6 +259,35 @@ def db_upgrade(data: DataDir = None) -> None:
     print(f"database {settings.database_url} is at revision {current_revision(settings.database_url)}")
 
 
+@users_app.command("add")
+def users_add(
+    name: Annotated[str, typer.Argument(help="The user name they sign in with.")],
+    role: Annotated[str, typer.Option("--role", help="viewer, support, operator, admin or client.")],
+    data: DataDir = None,
+    password_stdin: Annotated[bool, typer.Option("--password-stdin", help="Read the password from standard input "
+                                                 "instead of making one.")] = False,
+) -> None:
+    """Add a user to the operator database; without --password-stdin a password is made and printed once."""
+    import secrets
+
+    from app.db import make_engine, migrate, session_factory
+    from app.roles import SYSTEM
+    from app.services import accounts
+    from store.clock import SystemClock
+
+    settings = _settings(data_dir=data)
+    password = sys.stdin.readline().rstrip("\n") if password_stdin else secrets.token_urlsafe(15)
+    migrate(settings.database_url)
+    engine = make_engine(settings.database_url)
+    try:
+        accounts.add_user(session_factory(engine), SystemClock(), name, password, role, actor=SYSTEM)
+    except ServiceError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        engine.dispose()
+    print(f"added {name} ({role.strip().lower()})" + ("" if password_stdin else f" with password {password}"))
+
+
 def _check_served_store(store: Path | None, read_only: bool) -> None:
     if read_only and store is None and not os.environ.get("MQLENS_STORE_DIR"):
         raise CliError("--read-only serves a store written elsewhere: give its directory with --store")
@@ -323,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     except typer.TyperException as exc:  # usage errors: unknown option, bad number...
         print(f"mqlens: error: {exc.format_message()}", file=sys.stderr)
         return EXIT_USAGE
-    except (CliError, StoreError, ValueError, OSError) as exc:
+    except (CliError, StoreError, ServiceError, ValueError, OSError) as exc:
         print(f"mqlens: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return EXIT_USAGE
     return 0

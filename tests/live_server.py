@@ -94,6 +94,12 @@ class LiveServer:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"server did not stop within {deadline_s} s:\n{self.log_text()[-5000:]}") from None
 
+    def kill(self) -> None:
+        """SIGKILL: the process ends at once, as in a crash."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=STOP_DEADLINE_S)
+
     def close(self) -> None:
         """Kill the process if it still runs (a failed test), and close the log."""
         if self.proc is not None and self.proc.poll() is None:
