@@ -39,10 +39,12 @@ from app.routes import config as config_routes
 from app.routes import dead_letters as dead_letter_routes
 from app.routes import docs, groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
 from app.routes import metrics as metrics_routes
+from app.routes import redrive as redrive_routes
 from app.security import CrossOriginGuardMiddleware, SessionCookieMiddleware
 from app.services import accounts
 from app.services import config as config_service
 from app.services import groups as groups_service
+from app.services import redrive as redrive_service
 from app.services import resend as resend_service
 from app.services import topics as topics_service
 from app.services.dead_letters import ReasonCache
@@ -51,6 +53,7 @@ from app.services.flow import PutGate
 from app.services.login_limit import LoginLimiter
 from app.services.metrics import metrics_registry
 from app.services.rates import RateSampler
+from app.services.redrive import RedriveRunner
 from app.twin import JsonTwinMiddleware
 from store.clock import Clock, SystemClock
 from store.delay_levels import DEFAULT_DELAY_LEVELS
@@ -66,6 +69,7 @@ class _Resources:
     store: MessageStore
     session_secret: str
     demo: DemoWorkload | None = None
+    redrive: RedriveRunner | None = None
 
 
 def _set_up_accounts(settings: Settings, sessions: sessionmaker[Session], clock: Clock) -> str:
@@ -106,6 +110,7 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
     if settings.read_only:
         log.info("serving the store in %s read-only", settings.store_dir)
         return _Resources(engine, sessions, store, session_secret)
+    redrive = None
     try:
         for line in config_service.reconcile_delay_levels(store, sessions):
             log.info("start-up: %s", line)
@@ -113,16 +118,23 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
                      *groups_service.reconcile_group_updates(store, sessions),
                      *topics_service.reconcile_topic_updates(store, sessions)]:
             log.info("start-up: %s", line)
+        for line in redrive_service.reconcile_job_creation(sessions):
+            log.info("start-up: %s", line)
+        redrive = RedriveRunner(store, sessions, clock).start()
         demo = DemoWorkload(store).start() if settings.demo else None
     except BaseException:
+        if redrive is not None:
+            redrive.stop()
         store.close()
         engine.dispose()
         raise
-    return _Resources(engine, sessions, store, session_secret, demo)
+    return _Resources(engine, sessions, store, session_secret, demo, redrive)
 
 
 def _stop(resources: _Resources) -> None:
     try:
+        if resources.redrive is not None:
+            resources.redrive.stop()
         if resources.demo is not None:
             resources.demo.stop()
     finally:
@@ -151,6 +163,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         app.state.store = resources.store
         app.state.sessions = resources.sessions
         app.state.session_secret = resources.session_secret
+        app.state.redrive = resources.redrive
         try:
             yield
         finally:
@@ -173,7 +186,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     install_error_handlers(app)
     for module in (health, auth_routes, accounts_routes, dead_letter_routes, messages, topics, groups, config_routes,
                    receive, queue_view, timeline, resend, lookup, docs, metrics_routes, dashboard_page, search_page,
-                   message_page, timeline_page, topics_page, groups_page, dead_letters_page):
+                   message_page, timeline_page, topics_page, groups_page, dead_letters_page, redrive_routes):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
     app.add_middleware(SessionCookieMiddleware)

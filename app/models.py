@@ -3,7 +3,7 @@ browser sessions."""
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -109,8 +109,33 @@ class ResendItem(Base):
     # The dead letter's id while this item resends it (pending or ok) unforced: two concurrent
     # resends of one dead letter cannot both hold it. Released (null) when the item fails.
     claim: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True)
-    status: Mapped[str] = mapped_column(String(16))  # pending | ok | failed
+    status: Mapped[str] = mapped_column(String(16))  # queued (a job's, not yet sent) | pending | ok | failed | skipped
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("redrive_jobs.id", ondelete="CASCADE"), nullable=True,
+                                               index=True)
     new_offset_msg_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     at_ms: Mapped[int] = mapped_column(BigInteger)
     actor: Mapped[str] = mapped_column(String(255))
+
+
+class RedriveJob(Base):
+    """A long resend of the dead letters a filter matched, at a set rate, with its progress;
+    its items are resend items (job_id), listed when the job is made."""
+
+    __tablename__ = "redrive_jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    action_id: Mapped[int] = mapped_column(ForeignKey("audit_entries.id"))  # the audit row that made it
+    group: Mapped[str] = mapped_column(String(255))
+    filter: Mapped[str] = mapped_column(Text)  # JSON
+    destination: Mapped[str] = mapped_column(String(300))  # JSON
+    rate_per_s: Mapped[int] = mapped_column(Integer)
+    max_dead_share: Mapped[float] = mapped_column(Float)  # pause itself when more than this share comes back dead
+    state: Mapped[str] = mapped_column(String(16), index=True)  # planned|running|paused|cancelled|done
+    state_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_by: Mapped[str] = mapped_column(String(255))
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    started_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    finished_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    total: Mapped[int] = mapped_column(Integer)

@@ -532,3 +532,71 @@ class DeadLettersResponse(BaseModel):
     counts: dict[str, int] = Field(description="Per state, among those matching the other filters.")
     oldest_waiting_ms: int | None
     truncated: bool = Field(description="True: the store holds more dead letters than one request looks at.")
+
+
+# -- redrive jobs ------------------------------------------------------------------------------
+class RedriveFilter(Strict):
+    begin: StrictInt | None = Field(None, ge=0, description="Stored at or after (epoch ms).")
+    end: StrictInt | None = Field(None, ge=0, description="Stored at or before (epoch ms).")
+    key: str | None = Field(None, max_length=255)
+    tag: str | None = Field(None, max_length=255)
+    reason: str | None = Field(None, max_length=255, description="Text the failure reason contains.")
+    state: Literal["waiting", "resent", "failed_again"] | None = Field(
+        "waiting", description="Default: waiting (dead letters not resent yet).")
+
+
+class RedriveJobCreate(Strict):
+    group: str = Field(max_length=255)
+    filter: RedriveFilter = Field(default_factory=RedriveFilter)
+    destination: Destination = Field("group", description=DESTINATION_HELP)
+    rate_per_s: StrictInt = Field(100, ge=1, le=10_000, description="Messages resent per second at most.")
+    dry_run: bool = Field(False, description="Only list what a run would send, and where (the job is planned; "
+                          "resume starts it).")
+    reason: Reason = None
+    max_dead_share: float = Field(0.5, gt=0, le=1, description="The job pauses itself when more than this share "
+                                  "of what it resent has come back dead.")
+
+
+class RedriveJobOut(BaseModel):
+    id: int
+    action_id: int
+    group: str
+    filter: dict
+    destination: object
+    rate_per_s: int
+    max_dead_share: float
+    state: Literal["planned", "running", "paused", "cancelled", "done"]
+    state_reason: str | None
+    reason: str | None
+    created_by: str
+    created_at_ms: int
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    total: int
+    counts: dict[str, int] = Field(description="Items per status: queued, pending, ok, failed, skipped.")
+    dead_again: int = Field(description="Resent copies counted back in the dead-letter topic.")
+    progress: float = Field(description="Share of the items done (ok, failed or skipped), 0 to 1.")
+    report_url: str
+
+
+class RedriveJobResponse(BaseModel):
+    ok: Literal[True] = True
+    job: RedriveJobOut
+
+
+class RedriveJobsResponse(BaseModel):
+    ok: Literal[True] = True
+    jobs: list[RedriveJobOut]
+
+
+class RedriveItemOut(BaseModel):
+    dead_letter_id: str
+    status: Literal["queued", "pending", "ok", "failed", "skipped"]
+    destination: str
+    new_offset_msg_id: str | None
+    error: str | None
+
+
+class RedriveItemsResponse(BaseModel):
+    ok: Literal[True] = True
+    items: list[RedriveItemOut]

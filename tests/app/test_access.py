@@ -57,6 +57,8 @@ MUTATING = [
     Endpoint("POST", f"/api/messages/{DEAD}/resend", RESEND),
     Endpoint("POST", "/api/dlq/g1/resend", RESEND, {"message_ids": [DEAD]}),
     Endpoint("POST", "/dead-letters/resend", RESEND),
+    Endpoint("POST", "/api/redrive-jobs", CONFIGURE, {"group": "g1"}),
+    Endpoint("POST", "/api/redrive-jobs/1/pause", CONFIGURE),
     Endpoint("POST", f"/api/messages/{DEAD}/reveal", READERS),
     Endpoint("POST", f"/messages/{DEAD}/reveal", READERS),
     Endpoint("POST", "/api/users", ADMIN, {"name": "newbie", "password": "long-enough-password", "role": "viewer"}),

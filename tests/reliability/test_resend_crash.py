@@ -39,17 +39,19 @@ SETTINGS = {"commitlog_file_size": 4 * 1024 * 1024, "cq_file_size": 20 * 8192, "
             "index_entries": 65_536}
 
 
-def prepare(store_dir: Path) -> list[str]:
-    """A store whose group GROUP dead-lettered DEAD_LETTERS messages; their offset ids."""
-    config = StoreConfig(geometry=StoreGeometry(**SETTINGS), flush="sync", schedule_interval_ms=0)
+def prepare(store_dir: Path, group: str = GROUP, count: int = DEAD_LETTERS,
+            settings: dict[str, int] = SETTINGS, topic: str = TOPIC) -> list[str]:
+    """A store whose group dead-lettered `count` messages of `topic`; their offset ids."""
+    config = StoreConfig(geometry=StoreGeometry(**settings), flush="async", schedule_interval_ms=0)
     with MessageStore.open(store_dir, config, clock=SystemClock()) as store:
-        store.metadata.update_group(GROUP, max_reconsume_times=0)
-        store.put_many([NewMessage(topic=TOPIC, body=f"order {n}".encode(), keys=[f"o-{n}"])
-                        for n in range(DEAD_LETTERS)])
-        while received := store.receive(GROUP, TOPIC, 500, 60_000):
+        store.metadata.update_group(group, max_reconsume_times=0)
+        for start in range(0, count, 1000):
+            store.put_many([NewMessage(topic=topic, body=f"order {n}".encode(), keys=[f"o-{n}"])
+                            for n in range(start, min(count, start + 1000))])
+        while received := store.receive(group, topic, 1000, 60_000):
             for r in received:
-                store.nack(GROUP, r.receipt_handle, "poison")
-        dlq = topics.dlq_topic(GROUP)
+                store.nack(group, r.receipt_handle, "poison")
+        dlq = topics.dlq_topic(group)
         queue = store.queues.get(dlq, 0)
         return [store.get_by_queue_offset(dlq, 0, n).offset_msg_id for n in range(queue.min_offset, queue.max_offset)]
 

@@ -1,0 +1,97 @@
+"""Redrive jobs: POST /api/redrive-jobs, GET /api/redrive-jobs[/{id}], pause, resume, cancel,
+and the per-message report."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import asdict
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Request
+from fastapi.responses import Response
+
+from app.deps import ClockDep, SessionsDep, StoreDep
+from app.routes import error_responses
+from app.schemas import (
+    RedriveItemOut,
+    RedriveItemsResponse,
+    RedriveJobCreate,
+    RedriveJobOut,
+    RedriveJobResponse,
+    RedriveJobsResponse,
+)
+from app.security import READ, Redriver
+from app.services import redrive
+from app.services.dead_letters import Filter
+
+router = APIRouter(tags=["redrive jobs"])
+
+JobId = Annotated[int, Path(ge=1, le=2**31)]
+
+
+def job_out(view: redrive.JobView) -> RedriveJobOut:
+    data = asdict(view)
+    progress = view.done_items / view.total if view.total else 1.0
+    return RedriveJobOut(**data, progress=round(progress, 4), report_url=f"/api/redrive-jobs/{view.id}/report.csv")
+
+
+@router.post("/api/redrive-jobs", response_model=RedriveJobResponse, status_code=201,
+             responses=error_responses(400, 404, 409, 422))
+def create(body: RedriveJobCreate, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+           actor: Redriver, idempotency_key: Annotated[str | None, Header(max_length=255)] = None
+           ) -> RedriveJobResponse:
+    """A job over the group's dead letters the filter matches now (by default those waiting),
+    sent at `rate_per_s`. With `dry_run` the job is only planned: GET its report to see every
+    message and its destination, then resume it to run exactly that list. Needs the operator role."""
+    f = body.filter
+    wanted = Filter(f.begin or 0, f.end, f.key, f.tag, f.reason, f.state)
+    destination = body.destination.model_dump() if hasattr(body.destination, "model_dump") else body.destination
+    view = redrive.create_job(store, sessions, clock, request.app.state.dead_letter_reasons, body.group, wanted,
+                              destination=destination, rate_per_s=body.rate_per_s, dry_run=body.dry_run,
+                              actor=actor, reason=body.reason, max_dead_share=body.max_dead_share,
+                              idempotency_key=idempotency_key)
+    return RedriveJobResponse(job=job_out(view))
+
+
+@router.get("/api/redrive-jobs", response_model=RedriveJobsResponse, dependencies=[READ])
+def list_jobs(sessions: SessionsDep) -> RedriveJobsResponse:
+    """The newest 50 jobs."""
+    return RedriveJobsResponse(jobs=[job_out(v) for v in redrive.list_jobs(sessions)])
+
+
+@router.get("/api/redrive-jobs/{job_id}", response_model=RedriveJobResponse, dependencies=[READ],
+            responses=error_responses(404, 422))
+def get_job(job_id: JobId, request: Request, sessions: SessionsDep) -> RedriveJobResponse:
+    """A job's state, counts and progress."""
+    return RedriveJobResponse(job=job_out(redrive.get_job(sessions, job_id, request.app.state.redrive)))
+
+
+@router.post("/api/redrive-jobs/{job_id}/{command}", response_model=RedriveJobResponse,
+             responses=error_responses(400, 404, 409, 422))
+def control(job_id: JobId, command: Annotated[str, Path(pattern="^(pause|resume|cancel)$")],
+            sessions: SessionsDep, clock: ClockDep, actor: Redriver) -> RedriveJobResponse:
+    """pause, resume (also starts a planned job) or cancel (queued items are skipped)."""
+    return RedriveJobResponse(job=job_out(redrive.control_job(sessions, clock, job_id, command, actor=actor)))
+
+
+@router.get("/api/redrive-jobs/{job_id}/items", response_model=RedriveItemsResponse, dependencies=[READ],
+            responses=error_responses(404, 422))
+def items(job_id: JobId, sessions: SessionsDep) -> RedriveItemsResponse:
+    """Every message of the job: its destination and what became of it."""
+    return RedriveItemsResponse(items=[RedriveItemOut.model_validate(i, from_attributes=True)
+                                       for i in redrive.job_items(sessions, job_id)])
+
+
+@router.get("/api/redrive-jobs/{job_id}/report.csv", response_class=Response, dependencies=[READ],
+            responses=error_responses(404, 422))
+def report(job_id: JobId, sessions: SessionsDep) -> Response:
+    """The per-message report as CSV: resent, skipped or failed, and why."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["dead_letter_id", "status", "destination", "new_offset_msg_id", "error"])
+    for item in redrive.job_items(sessions, job_id):
+        writer.writerow([item.dead_letter_id, item.status, item.destination, item.new_offset_msg_id or "",
+                         item.error or ""])
+    return Response(out.getvalue(), media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="redrive-job-{job_id}.csv"'})

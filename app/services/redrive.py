@@ -1,0 +1,369 @@
+"""Redrive jobs: resend every dead letter a filter matched, at a set rate, as long work with
+progress, pause, resume and cancel, that survives a restart of the server.
+
+A job lists its dead letters when it is made (a dry run stops there: the list is what a run
+would send, and where). Running, it takes queued items in turn: marks them pending (committed),
+asks the store to resend each once, then records the outcome. A crash between the two leaves
+items pending; before the job goes on they are settled from the commit log (their copies carry
+the job's action id and the dead letter's id), so the store is never asked to send a message
+twice for one item. A job pauses itself when more than a set share of what it resent has come
+back dead."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.models import RedriveJob, ResendItem
+from app.roles import Principal
+from app.services import audit, dead_letters
+from app.services.errors import ConflictError, InvalidRequestError, NotFoundError
+from app.services.resend import (
+    ACTION_PROPERTY,
+    FAILED,
+    OK,
+    PENDING,
+    Destination,
+    find_copy,
+    find_dead_letter,
+    resent_before,
+)
+from store import ids, topics
+from store.clock import Clock
+from store.errors import FlowControlError, StoreError
+from store.message_store import MessageStore
+
+log = logging.getLogger("mqlens.redrive")
+
+CREATE_JOB, CONTROL_JOB = "create_redrive_job", "control_redrive_job"
+QUEUED, SKIPPED = "queued", "skipped"
+PLANNED, RUNNING, PAUSED, CANCELLED, DONE = "planned", "running", "paused", "cancelled", "done"
+MAX_RATE = 10_000
+MAX_ITEMS = 100_000
+MIN_RESENT_FOR_SHARE = 20  # the dead share is judged once this many were resent
+DEAD_CHECK_S = 1.0
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: int
+    action_id: int
+    group: str
+    filter: dict
+    destination: object
+    rate_per_s: int
+    max_dead_share: float
+    state: str
+    state_reason: str | None
+    reason: str | None
+    created_by: str
+    created_at_ms: int
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    total: int
+    counts: dict[str, int]  # items per status: queued, pending, ok, failed, skipped
+    dead_again: int  # resent copies that came back dead
+
+    @property
+    def done_items(self) -> int:
+        return sum(self.counts.get(s, 0) for s in (OK, FAILED, SKIPPED))
+
+
+def _counts(session: Session, job_id: int) -> dict[str, int]:
+    counts = dict.fromkeys((QUEUED, PENDING, OK, FAILED, SKIPPED), 0)
+    for status, count in session.execute(select(ResendItem.status, func.count()).where(ResendItem.job_id == job_id)
+                                         .group_by(ResendItem.status)):
+        counts[status] = count
+    return counts
+
+
+def _view(session: Session, job: RedriveJob, dead_again: int = 0) -> JobView:
+    return JobView(job.id, job.action_id, job.group, json.loads(job.filter), json.loads(job.destination),
+                   job.rate_per_s, job.max_dead_share, job.state, job.state_reason, job.reason, job.created_by,
+                   job.created_at_ms, job.started_at_ms, job.finished_at_ms, job.total, _counts(session, job.id),
+                   dead_again)
+
+
+def get_job(sessions: sessionmaker[Session], job_id: int, runner: RedriveRunner | None = None) -> JobView:
+    with sessions() as s:
+        job = s.get(RedriveJob, job_id)
+        if job is None:
+            raise NotFoundError(f"no redrive job {job_id}")
+        return _view(s, job, runner.dead_again(job_id) if runner else 0)
+
+
+def list_jobs(sessions: sessionmaker[Session], limit: int = 50) -> list[JobView]:
+    with sessions() as s:
+        return [_view(s, job) for job in s.scalars(select(RedriveJob).order_by(RedriveJob.id.desc()).limit(limit))]
+
+
+def job_items(sessions: sessionmaker[Session], job_id: int) -> list[ResendItem]:
+    with sessions() as s:
+        if s.get(RedriveJob, job_id) is None:
+            raise NotFoundError(f"no redrive job {job_id}")
+        return list(s.scalars(select(ResendItem).where(ResendItem.job_id == job_id).order_by(ResendItem.id)))
+
+
+def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, reasons: dead_letters.ReasonCache,
+               group: str, wanted: dead_letters.Filter, *, destination: object, rate_per_s: int, dry_run: bool,
+               actor: Principal, reason: str | None = None, max_dead_share: float = 0.5,
+               idempotency_key: str | None = None) -> JobView:
+    """Make a job over the dead letters `wanted` matches now; it runs unless `dry_run` (then it is
+    planned: its list says what a run would send, and where; resume starts it)."""
+    if not 1 <= rate_per_s <= MAX_RATE:
+        raise InvalidRequestError(f"rate_per_s is between 1 and {MAX_RATE}")
+    if not 0 < max_dead_share <= 1:
+        raise InvalidRequestError("max_dead_share is above 0 and at most 1")
+    where = Destination.parse(destination)
+    matched = dead_letters.matching_ids(store, sessions, clock, reasons, group, wanted)
+    if len(matched) > MAX_ITEMS:
+        raise InvalidRequestError(f"{len(matched)} dead letters match: a job takes at most {MAX_ITEMS}; narrow "
+                                  "the filter")
+    if not matched:
+        raise InvalidRequestError("no dead letter matches the filter: nothing to redrive")
+    earlier = resent_before(sessions, matched)
+    plan = []
+    for dead_id in matched:
+        dead = find_dead_letter(store, group, dead_id)
+        plan.append((dead_id, where.topic_for(store, group, dead), dead.unique_key or store.new_unique_key()))
+    request = {"group": group, "filter": wanted.as_query(), "destination": where.as_json(),
+               "rate_per_s": rate_per_s, "dry_run": dry_run, "max_dead_share": max_dead_share}
+
+    def intent(s: Session, entry_id: int) -> dict:
+        now = clock.now_ms()
+        job = RedriveJob(action_id=entry_id, group=group, filter=json.dumps(wanted.as_query()),
+                         destination=json.dumps(where.as_json()), rate_per_s=rate_per_s,
+                         max_dead_share=max_dead_share, state=PLANNED if dry_run else RUNNING, reason=reason,
+                         created_by=actor.name, created_at_ms=now, started_at_ms=None if dry_run else now,
+                         total=len(plan))
+        s.add(job)
+        s.flush()
+        s.add_all([ResendItem(action_id=entry_id, job_id=job.id, dead_letter_id=dead_id, group=group,
+                              destination=target, lookup_key=key, at_ms=now, actor=actor.name,
+                              status=SKIPPED if dead_id in earlier else QUEUED,
+                              error=f"resent already by {earlier[dead_id].actor}" if dead_id in earlier else None)
+                   for dead_id, target, key in plan])
+        return {"job_id": job.id, "count": len(plan), "skipped": len(earlier),
+                "dead_letters": [dead_id for dead_id, _, _ in plan[:1000]]}
+
+    done = audit.perform(sessions, clock, actor=actor, action=CREATE_JOB, target=f"dlq:{group}", request=request,
+                         intent=intent, act=lambda decided: None, idempotency_key=idempotency_key, reason=reason)
+    return get_job(sessions, done.result["job_id"])
+
+
+def reconcile_job_creation(sessions: sessionmaker[Session]) -> list[str]:
+    """At start-up: a job's audit entry a crash left pending is ok (its job and items were made
+    in the same transaction as the entry, and making them is all the action does)."""
+    with sessions.begin() as s:
+        return audit.settle_pending(s, CREATE_JOB, lambda entry, detail: (audit.OK, "made before a restart", None))
+
+
+_NEXT_STATE = {"pause": ((RUNNING,), PAUSED), "resume": ((PAUSED, PLANNED), RUNNING),
+               "cancel": ((RUNNING, PAUSED, PLANNED), CANCELLED)}
+
+
+def control_job(sessions: sessionmaker[Session], clock: Clock, job_id: int, command: str, *,
+                actor: Principal, reason: str | None = None) -> JobView:
+    """pause, resume (a planned job: start) or cancel; audited."""
+    if command not in _NEXT_STATE:
+        raise InvalidRequestError("use pause, resume or cancel")
+    allowed, target = _NEXT_STATE[command]
+    with sessions.begin() as s:
+        job = s.get(RedriveJob, job_id)
+        if job is None:
+            raise NotFoundError(f"no redrive job {job_id}")
+        if job.state not in allowed:
+            raise ConflictError(f"job {job_id} is {job.state}: it cannot {command}")
+        before = job.state
+        job.state, job.state_reason = target, f"{command} by {actor.name}"
+        if target == RUNNING and job.started_at_ms is None:
+            job.started_at_ms = clock.now_ms()
+        if target == CANCELLED:
+            job.finished_at_ms = clock.now_ms()
+            s.execute(update(ResendItem).where(ResendItem.job_id == job_id, ResendItem.status == QUEUED)
+                      .values(status=SKIPPED, error="the job was cancelled"))
+        audit.record(s, clock, actor=actor, action=CONTROL_JOB, target=f"redrive-job:{job_id}",
+                     detail={"command": command, "before": before, "after": target}, reason=reason)
+    return get_job(sessions, job_id)
+
+
+class RedriveRunner:
+    """The thread that runs the jobs, one batch at a time, at each job's rate."""
+
+    def __init__(self, store: MessageStore, sessions: sessionmaker[Session], clock: Clock, tick_s: float = 0.02):
+        self.store, self.sessions, self.clock, self.tick_s = store, sessions, clock, tick_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._tokens: dict[int, tuple[float, float]] = {}  # job -> (tokens, when counted)
+        # job -> (DLQ offset scanned to per queue, copies dead again, when counted)
+        self._dead: dict[int, tuple[dict[int, int], int, float]] = {}
+
+    def start(self) -> RedriveRunner:
+        self.settle_pending()
+        self._thread = threading.Thread(target=self._run, name="redrive", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def settle_pending(self) -> int:
+        """Items a crash left pending: ok when their copy is in the commit log, else queued again
+        (the job sends them when it goes on)."""
+        settled = 0
+        with self.sessions.begin() as s:
+            for item in s.scalars(select(ResendItem).where(ResendItem.job_id.is_not(None),
+                                                           ResendItem.status == PENDING)):
+                job = s.get_one(RedriveJob, item.job_id)
+                copy = find_copy(self.store, item, job.created_at_ms)
+                if copy is not None:
+                    item.status, item.new_offset_msg_id = OK, copy.offset_msg_id
+                else:
+                    item.status, item.claim = QUEUED, None
+                settled += 1
+        if settled:
+            log.info("start-up: %d redrive item(s) cut by a restart settled from the commit log", settled)
+        return settled
+
+    def dead_again(self, job_id: int) -> int:
+        return self._dead.get(job_id, ({}, 0, 0.0))[1]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                worked = self.step()
+            except Exception:  # the runner must outlive one bad batch; the job stays as it was
+                log.exception("redrive batch failed")
+                worked = False
+            if not worked:
+                self._stop.wait(self.tick_s * (1 if self._tokens else 10))
+
+    def step(self) -> bool:
+        """One batch of every running job; whether anything was sent."""
+        with self.sessions() as s:
+            running = list(s.scalars(select(RedriveJob).where(RedriveJob.state == RUNNING)))
+        if not running:
+            self._tokens.clear()
+            return False
+        worked = False
+        for job in running:
+            worked |= self._step_job(job)
+        return worked
+
+    def _take_tokens(self, job: RedriveJob) -> int:
+        now = time.monotonic()
+        tokens, when = self._tokens.get(job.id, (0.0, now))
+        tokens = min(tokens + (now - when) * job.rate_per_s, max(1.0, job.rate_per_s / 5))
+        whole = int(tokens)
+        self._tokens[job.id] = (tokens - whole, now)
+        return whole
+
+    def _step_job(self, job: RedriveJob) -> bool:
+        if self._too_many_dead(job):
+            return False
+        want = self._take_tokens(job)
+        if want == 0:
+            return False
+        batch = self._claim(job, want)
+        if not batch:
+            self._finish_if_done(job)
+            return False
+        outcomes: dict[int, tuple[str, str | None, str | None]] = {}
+        for item in batch:
+            outcomes[item.id] = self._resend(job, item)
+        with self.sessions.begin() as s:
+            for item_id, (status, new_id, error) in outcomes.items():
+                item = s.get_one(ResendItem, item_id)
+                item.status, item.new_offset_msg_id, item.error = status, new_id, error
+                if status in (FAILED, QUEUED):
+                    item.claim = None
+        return True
+
+    def _claim(self, job: RedriveJob, want: int) -> list[ResendItem]:
+        """The next queued items, marked pending (and claimed) before the store is asked."""
+        with self.sessions() as s:
+            batch = list(s.scalars(select(ResendItem).where(ResendItem.job_id == job.id, ResendItem.status == QUEUED)
+                                   .order_by(ResendItem.id).limit(want)))
+        if not batch:
+            return []
+        try:
+            with self.sessions.begin() as s:
+                for item in batch:
+                    s.execute(update(ResendItem).where(ResendItem.id == item.id)
+                              .values(status=PENDING, claim=item.dead_letter_id))
+            return batch
+        except IntegrityError:  # another action resent one of them meanwhile: one at a time
+            claimed = []
+            for item in batch:
+                try:
+                    with self.sessions.begin() as s:
+                        s.execute(update(ResendItem).where(ResendItem.id == item.id)
+                                  .values(status=PENDING, claim=item.dead_letter_id))
+                    claimed.append(item)
+                except IntegrityError:
+                    with self.sessions.begin() as s:
+                        s.execute(update(ResendItem).where(ResendItem.id == item.id)
+                                  .values(status=SKIPPED, error="resent by another action meanwhile"))
+            return claimed
+
+    def _resend(self, job: RedriveJob, item: ResendItem) -> tuple[str, str | None, str | None]:
+        marks = {ACTION_PROPERTY: str(item.action_id), topics.RESENT_FROM: item.dead_letter_id}
+        try:
+            _, phys = ids.decode_offset_msg_id(item.dead_letter_id)
+            copy = self.store.resend_dead_letter(phys, job.created_by, topic=item.destination, marks=marks,
+                                                 unique_key=item.lookup_key)
+        except FlowControlError as exc:  # busy or disk full: nothing was written; the job waits, the item stays
+            with self.sessions.begin() as s:
+                s.execute(update(RedriveJob).where(RedriveJob.id == job.id, RedriveJob.state == RUNNING)
+                          .values(state=PAUSED, state_reason=f"paused itself: {exc}"))
+            return QUEUED, None, None
+        except StoreError as exc:
+            return FAILED, None, str(exc)[:2000]
+        return OK, copy.offset_msg_id, None
+
+    def _finish_if_done(self, job: RedriveJob) -> None:
+        with self.sessions.begin() as s:
+            left = s.scalar(select(func.count()).select_from(ResendItem)
+                            .where(ResendItem.job_id == job.id, ResendItem.status.in_((QUEUED, PENDING))))
+            if not left:
+                s.execute(update(RedriveJob).where(RedriveJob.id == job.id, RedriveJob.state == RUNNING)
+                          .values(state=DONE, finished_at_ms=self.clock.now_ms(), state_reason="every item done"))
+        self._tokens.pop(job.id, None)
+
+    def _too_many_dead(self, job: RedriveJob) -> bool:
+        """Count the job's copies that came back to the dead-letter topic; pause past the share."""
+        scanned, dead, when = self._dead.get(job.id, ({}, 0, 0.0))
+        now = time.monotonic()
+        if now - when < DEAD_CHECK_S:
+            return False
+        dlq = topics.dlq_topic(job.group)
+        action = str(job.action_id)
+        for queue_id, lo, hi in self.store.topics().get(dlq, []):
+            for offset in range(max(lo, scanned.get(queue_id, lo)), hi):
+                try:
+                    msg = self.store.get_by_queue_offset(dlq, queue_id, offset)
+                except StoreError:
+                    continue
+                if msg.properties.get(ACTION_PROPERTY) == action:
+                    dead += 1
+            scanned[queue_id] = hi
+        self._dead[job.id] = (scanned, dead, now)
+        with self.sessions() as s:
+            resent = s.scalar(select(func.count()).select_from(ResendItem)
+                              .where(ResendItem.job_id == job.id, ResendItem.status == OK)) or 0
+        if resent >= MIN_RESENT_FOR_SHARE and dead / resent > job.max_dead_share:
+            with self.sessions.begin() as s:
+                s.execute(update(RedriveJob).where(RedriveJob.id == job.id, RedriveJob.state == RUNNING)
+                          .values(state=PAUSED, state_reason=f"paused itself: {dead} of {resent} resent came back "
+                                  f"dead (more than {job.max_dead_share:.0%})"))
+            return True
+        return False

@@ -1,0 +1,145 @@
+"""Redrive jobs in the app: dry run, run at a rate, pause, resume, cancel, pausing itself when
+resent copies come back dead, and items cut by a restart settled from the commit log."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import time
+
+import pytest
+from sqlalchemy import select, update
+
+from app.models import RedriveJob, ResendItem
+from app.services.resend import ACTION_PROPERTY, RESENT_FROM_PROPERTY
+from store import topics
+from tests.app.conftest import assert_error, audit_rows, make_settings, put_messages, running
+from tests.app.test_resend import GROUP, receive
+
+pytestmark = pytest.mark.anyio
+
+JOBS = "/api/redrive-jobs"
+DEADLINE_S = 30
+
+
+async def dead_letters(api, count: int) -> list[str]:
+    assert (await api.client.put(f"/api/groups/{GROUP}", json={"max_reconsume_times": 0})).status_code == 200
+    await put_messages(api, "Orders", [{"body": f"m{n}", "keys": [f"r-{n}"]} for n in range(count)])
+    while got := await receive(api, GROUP):
+        for m in got:
+            await api.client.post(f"/api/groups/{GROUP}/nack", json={"receipt_handle": m["receipt_handle"]})
+    r = await api.client.get(f"/api/dlq/{GROUP}/messages", params={"limit": 500})
+    return [m["offset_msg_id"] for m in r.json()["messages"]]
+
+
+async def wait_for(api, job_id: int, *states: str) -> dict:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        job = (await api.client.get(f"{JOBS}/{job_id}")).json()["job"]
+        if job["state"] in states:
+            return job
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not reach {states}: {job}")
+
+
+def copies(api) -> dict[str, int]:
+    """Resent copies in the group's pop retry topic, per dead letter."""
+    found: dict[str, int] = {}
+    name = topics.pop_retry_topic(GROUP, "Orders")
+    for queue_id, lo, hi in api.store.topics().get(name, []):
+        for offset in range(lo, hi):
+            msg = api.store.get_by_queue_offset(name, queue_id, offset)
+            found[msg.properties[RESENT_FROM_PROPERTY]] = found.get(msg.properties[RESENT_FROM_PROPERTY], 0) + 1
+    return found
+
+
+async def test_a_dry_run_lists_everything_then_resume_runs_exactly_that(api):
+    ids = await dead_letters(api, 12)
+    r = await api.client.post(JOBS, json={"group": GROUP, "dry_run": True, "rate_per_s": 500, "reason": "outage"})
+    assert r.status_code == 201, r.text
+    job = r.json()["job"]
+    assert (job["state"], job["total"], job["counts"]["queued"], job["progress"]) == ("planned", 12, 12, 0)
+    listed = (await api.client.get(f"{JOBS}/{job['id']}/items")).json()["items"]
+    assert sorted(i["dead_letter_id"] for i in listed) == sorted(ids)
+    assert {i["destination"] for i in listed} == {topics.pop_retry_topic(GROUP, "Orders")}
+    assert copies(api) == {}
+    r = await api.client.post(f"{JOBS}/{job['id']}/resume")
+    assert r.status_code == 200 and r.json()["job"]["state"] == "running"
+    done = await wait_for(api, job["id"], "done")
+    assert done["counts"] == {"queued": 0, "pending": 0, "ok": 12, "failed": 0, "skipped": 0}
+    assert done["progress"] == 1.0 and copies(api) == dict.fromkeys(ids, 1)
+    report = list(csv.DictReader(io.StringIO((await api.client.get(done["report_url"])).text)))
+    assert len(report) == 12 and {row["status"] for row in report} == {"ok"}
+    inbox = (await api.client.get(f"/api/dlq/{GROUP}/messages")).json()
+    assert inbox["counts"]["resent"] == 12
+    actions = [(e.action, e.actor) for e in audit_rows(api.sessions) if "redrive" in e.action]
+    assert actions == [("create_redrive_job", "bootstrap-admin"), ("control_redrive_job", "bootstrap-admin")]
+    # a second job finds nothing waiting
+    assert_error(await api.client.post(JOBS, json={"group": GROUP}), 400, "no dead letter matches")
+
+
+async def test_pause_resume_cancel(api):
+    ids = await dead_letters(api, 40)
+    job = (await api.client.post(JOBS, json={"group": GROUP, "rate_per_s": 10})).json()["job"]
+    paused = (await api.client.post(f"{JOBS}/{job['id']}/pause")).json()["job"]
+    assert paused["state"] == "paused"
+    assert_error(await api.client.post(f"{JOBS}/{job['id']}/pause"), 409, "cannot pause")
+    await asyncio.sleep(0.3)  # a paused job sends nothing, however long it waits
+    held = sum(copies(api).values())
+    assert held < 40 and (await api.client.get(f"{JOBS}/{job['id']}")).json()["job"]["counts"]["ok"] == held
+    assert (await api.client.post(f"{JOBS}/{job['id']}/resume")).json()["job"]["state"] == "running"
+    cancelled = (await api.client.post(f"{JOBS}/{job['id']}/cancel")).json()["job"]
+    assert cancelled["state"] == "cancelled" and cancelled["counts"]["queued"] == 0
+    final = await wait_for(api, job["id"], "cancelled")
+    assert final["counts"]["skipped"] + final["counts"]["ok"] + final["counts"]["failed"] == 40
+    assert sum(copies(api).values()) == final["counts"]["ok"] < len(ids)
+    assert_error(await api.client.post(f"{JOBS}/{job['id']}/resume"), 409, "cancelled")
+    assert_error(await api.client.post(f"{JOBS}/999/pause"), 404, "no redrive job")
+    assert_error(await api.client.post(f"{JOBS}/{job['id']}/explode"), 422)
+
+
+async def test_a_job_pauses_itself_when_its_copies_come_back_dead(api):
+    await dead_letters(api, 60)
+    job = (await api.client.post(JOBS, json={"group": GROUP, "rate_per_s": 40, "max_dead_share": 0.3})).json()["job"]
+    deadline = time.monotonic() + DEADLINE_S
+    while (await api.client.get(f"{JOBS}/{job['id']}")).json()["job"]["state"] == "running":
+        for m in await receive(api, GROUP):  # the consumer still fails every one of them
+            await api.client.post(f"/api/groups/{GROUP}/nack", json={"receipt_handle": m["receipt_handle"]})
+        assert time.monotonic() < deadline, "the job did not pause itself"
+        await asyncio.sleep(0.05)
+    job = (await api.client.get(f"{JOBS}/{job['id']}")).json()["job"]
+    assert job["state"] == "paused" and "came back dead" in job["state_reason"]
+    assert job["dead_again"] > 0.3 * job["counts"]["ok"] and job["counts"]["queued"] > 0
+
+
+async def test_bad_jobs_are_refused(api):
+    await dead_letters(api, 1)
+    for body, status in [({"group": GROUP, "rate_per_s": 0}, 422), ({"group": GROUP, "rate_per_s": 10_001}, 422),
+                         ({"group": GROUP, "max_dead_share": 0}, 422), ({"group": GROUP, "filter": {"x": 1}}, 422),
+                         ({"group": "nobody"}, 404), ({"group": GROUP, "destination": {"topic": "%DLQ%x"}}, 400)]:
+        assert_error(await api.client.post(JOBS, json=body), status)
+
+
+async def test_items_cut_by_a_restart_are_settled_and_nothing_is_sent_twice(data_dir, clock):
+    settings = make_settings(data_dir)
+    async with running(settings, clock) as api:
+        ids = await dead_letters(api, 10)
+        job = (await api.client.post(JOBS, json={"group": GROUP, "dry_run": True})).json()["job"]
+        # as if the server died mid-batch: two items pending, one of them already resent
+        with api.sessions.begin() as s:
+            first, second = s.scalars(select(ResendItem).where(ResendItem.job_id == job["id"])
+                                      .order_by(ResendItem.id).limit(2)).all()
+            first.status = second.status = "pending"
+            first.claim, second.claim = first.dead_letter_id, second.dead_letter_id
+            s.execute(update(RedriveJob).where(RedriveJob.id == job["id"]).values(state="running"))
+            made = first
+        dead = api.store.get_by_offset_id(made.dead_letter_id)
+        marks = {ACTION_PROPERTY: str(made.action_id), RESENT_FROM_PROPERTY: dead.offset_msg_id}
+        api.store.resend_dead_letter(dead.phys_offset, "ops", topic=made.destination, unique_key=made.lookup_key,
+                                     marks=marks)
+        api.app.state.redrive.stop()  # the "crash": nothing more runs in this server
+    async with running(settings, clock) as again:
+        done = await wait_for(again, job["id"], "done")
+        assert done["counts"]["ok"] == 10 and done["counts"]["failed"] == 0
+        assert copies(again) == dict.fromkeys(ids, 1)
