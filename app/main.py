@@ -28,6 +28,7 @@ from app.pages import dashboard as dashboard_page
 from app.pages import dead_letters as dead_letters_page
 from app.pages import groups as groups_page
 from app.pages import message as message_page
+from app.pages import redrive as redrive_page
 from app.pages import search as search_page
 from app.pages import timeline as timeline_page
 from app.pages import topics as topics_page
@@ -186,7 +187,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     install_error_handlers(app)
     for module in (health, auth_routes, accounts_routes, dead_letter_routes, messages, topics, groups, config_routes,
                    receive, queue_view, timeline, resend, lookup, docs, metrics_routes, dashboard_page, search_page,
-                   message_page, timeline_page, topics_page, groups_page, dead_letters_page, redrive_routes):
+                   message_page, timeline_page, topics_page, groups_page, dead_letters_page, redrive_routes,
+                   redrive_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
     app.add_middleware(SessionCookieMiddleware)

@@ -59,6 +59,8 @@ MUTATING = [
     Endpoint("POST", "/dead-letters/resend", RESEND),
     Endpoint("POST", "/api/redrive-jobs", CONFIGURE, {"group": "g1"}),
     Endpoint("POST", "/api/redrive-jobs/1/pause", CONFIGURE),
+    Endpoint("POST", "/redrive-jobs", CONFIGURE),
+    Endpoint("POST", "/redrive-jobs/1/cancel", CONFIGURE),
     Endpoint("POST", f"/api/messages/{DEAD}/reveal", READERS),
     Endpoint("POST", f"/messages/{DEAD}/reveal", READERS),
     Endpoint("POST", "/api/users", ADMIN, {"name": "newbie", "password": "long-enough-password", "role": "viewer"}),

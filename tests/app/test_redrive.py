@@ -143,3 +143,27 @@ async def test_items_cut_by_a_restart_are_settled_and_nothing_is_sent_twice(data
         done = await wait_for(again, job["id"], "done")
         assert done["counts"]["ok"] == 10 and done["counts"]["failed"] == 0
         assert copies(again) == dict.fromkeys(ids, 1)
+
+
+async def test_the_job_pages(api):
+    await dead_letters(api, 5)
+    html = {"Accept": "text/html"}
+    inbox = await api.client.get(f"/groups/{GROUP}/dead-letters", headers=html)
+    assert 'data-testid="redrive-form"' in inbox.text and "Plan a redrive job for the 5 waiting" in inbox.text
+    r = await api.client.post("/redrive-jobs", data={"group": GROUP, "state": "waiting", "rate_per_s": "1000"},
+                              headers=html)
+    assert r.status_code == 303
+    job_url = r.headers["location"]
+    page = await api.client.get(job_url, headers=html)
+    assert 'data-testid="job-state">planned<' in page.text and "Start: resend these 5" in page.text
+    assert (await api.client.post(f"{job_url}/resume", headers=html)).status_code == 303
+    job_id = int(job_url.rsplit("/", 1)[1])
+    await wait_for(api, job_id, "done")
+    page = await api.client.get(job_url, headers={**html, "HX-Request": "true"})
+    assert page.status_code == 286 and "<html" not in page.text and "5</strong> of 5 done" in page.text
+    twin = (await api.client.get(f"{job_url}.json")).json()
+    assert twin["job"]["state"] == "done" and len(twin["items"]) == 5
+    listing = await api.client.get("/redrive-jobs", headers=html)
+    assert f'href="/redrive-jobs/{job_id}"' in listing.text
+    bad = await api.client.post("/redrive-jobs", data={"group": GROUP, "rate_per_s": "fast"}, headers=html)
+    assert bad.status_code == 400 and "Rate must be a whole number" in bad.text
