@@ -23,6 +23,7 @@ class ConfigVersion(Base):
     value: Mapped[str] = mapped_column(Text)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
     actor: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class AuditEntry(Base):

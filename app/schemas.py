@@ -385,6 +385,31 @@ class DelayLevelsOut(BaseModel):
 class DelayLevelsUpdate(Strict):
     levels: str = Field(max_length=4000, description="Space-separated positive numbers with a unit s, m, h or d.")
     reason: Reason = None
+    expected_version: StrictInt | None = Field(None, ge=0, description="The version this edit was made from "
+                                               "(or send If-Match); a table changed since is refused with 409.")
+    allow_dropped_levels: bool = Field(False, description="Accept a table without levels the store has used.")
+
+
+class DelayLevelsRollback(Strict):
+    version: StrictInt = Field(ge=1, description="The version whose table becomes current again.")
+    reason: Reason = None
+    expected_version: StrictInt | None = Field(None, ge=0)
+    allow_dropped_levels: bool = False
+
+
+class DelayLevelVersionOut(BaseModel):
+    version: int
+    levels: str
+    created_at_ms: int
+    actor: str
+    reason: str | None
+    changes: list[str]
+
+
+class DelayLevelVersionsResponse(BaseModel):
+    ok: Literal[True] = True
+    current: int
+    versions: list[DelayLevelVersionOut]
 
 
 class HealthResponse(BaseModel):

@@ -1,21 +1,43 @@
-"""Broker configuration: GET and PUT /api/config/delay-levels."""
+"""Broker configuration: the delay level table, its versions, rollback and a preview."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Query
 
 from app.deps import ClockDep, ConfigLockDep, SessionsDep, StoreDep
 from app.routes import error_responses
-from app.schemas import DelayLevelsOut, DelayLevelsUpdate
+from app.schemas import (
+    DelayLevelsOut,
+    DelayLevelsRollback,
+    DelayLevelsUpdate,
+    DelayLevelVersionOut,
+    DelayLevelVersionsResponse,
+)
 from app.security import READ, Configurer
 from app.services import config
+from app.services.errors import InvalidRequestError
+from store.metadata import DEFAULT_RETRY_MAX_TIMES
 
 router = APIRouter(tags=["configuration"])
 
+IdempotencyKey = Annotated[str | None, Header(max_length=255, description="Repeat-safe: a request repeated with "
+                                              "the same key acts once.")]
+IfMatch = Annotated[str | None, Header(max_length=32, description='The version the edit was made from, as "N".')]
 
-@router.get("/api/config/delay-levels", dependencies=[READ], response_model=DelayLevelsOut)
+
+def expected(body_version: int | None, if_match: str | None) -> int | None:
+    if if_match is None:
+        return body_version
+    text = if_match.strip().removeprefix("W/").strip('"')
+    if not text.isdigit():
+        raise InvalidRequestError('If-Match takes the version the edit was made from, such as "3"')
+    return int(text)
+
+
+@router.get("/api/config/delay-levels", response_model=DelayLevelsOut, dependencies=[READ])
 def get_delay_levels(store: StoreDep, sessions: SessionsDep) -> DelayLevelsOut:
     """The delay level table in use and its version (0: never changed through mqlens)."""
     view = config.get_delay_levels(store, sessions)
@@ -24,12 +46,46 @@ def get_delay_levels(store: StoreDep, sessions: SessionsDep) -> DelayLevelsOut:
 
 @router.put("/api/config/delay-levels", response_model=DelayLevelsOut, responses=error_responses(400, 409, 422))
 def put_delay_levels(update: DelayLevelsUpdate, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
-                     actor: Configurer, lock: ConfigLockDep,
-                     idempotency_key: Annotated[str | None, Header(description="Repeat-safe: a request "
-                                                                   "repeated with the same key acts once.")] = None,
-                     ) -> DelayLevelsOut:
+                     actor: Configurer, lock: ConfigLockDep, idempotency_key: IdempotencyKey = None,
+                     if_match: IfMatch = None) -> DelayLevelsOut:
     """Set the delay level table: a new version is recorded with an audit entry, then the store
-    uses it. Setting the table in use changes nothing (same version)."""
+    uses it at once. Setting the table in use changes nothing (same version). With If-Match or
+    expected_version, an edit of an older version is refused with 409 naming the current one.
+    A table without levels the store has used is refused with 409 unless allow_dropped_levels."""
     view = config.set_delay_levels(store, sessions, clock, update.levels, actor=actor, lock=lock,
-                                   idempotency_key=idempotency_key, reason=update.reason)
+                                   idempotency_key=idempotency_key, reason=update.reason,
+                                   expected_version=expected(update.expected_version, if_match),
+                                   allow_dropped_levels=update.allow_dropped_levels)
     return DelayLevelsOut(levels=view.levels, version=view.version)
+
+
+@router.get("/api/config/delay-levels/versions", response_model=DelayLevelVersionsResponse, dependencies=[READ])
+def versions(store: StoreDep, sessions: SessionsDep) -> DelayLevelVersionsResponse:
+    """Every version, newest first: who, when, why, and what changed from the one before."""
+    current = config.get_delay_levels(store, sessions).version
+    return DelayLevelVersionsResponse(current=current, versions=[DelayLevelVersionOut(**asdict(v))
+                                                                 for v in config.history(sessions, store)])
+
+
+@router.post("/api/config/delay-levels/rollback", response_model=DelayLevelsOut,
+             responses=error_responses(400, 404, 409, 422))
+def rollback(body: DelayLevelsRollback, store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Configurer,
+             lock: ConfigLockDep, idempotency_key: IdempotencyKey = None, if_match: IfMatch = None) -> DelayLevelsOut:
+    """Make an earlier version's table current again (itself a new version)."""
+    view = config.rollback(store, sessions, clock, body.version, actor=actor, lock=lock, reason=body.reason,
+                           expected_version=expected(body.expected_version, if_match),
+                           allow_dropped_levels=body.allow_dropped_levels, idempotency_key=idempotency_key)
+    return DelayLevelsOut(levels=view.levels, version=view.version)
+
+
+@router.get("/api/config/delay-levels/preview", dependencies=[READ], responses=error_responses(400, 422))
+def preview(store: StoreDep, levels: Annotated[str, Query(max_length=4000)],
+            group: Annotated[str | None, Query(max_length=255)] = None,
+            max_reconsume_times: Annotated[int | None, Query(ge=0, le=10_000)] = None) -> dict:
+    """What a table would do: each level's delay and messages waiting there now, the retry
+    schedule for a group (its max reconsume times, or the one given), when a message would reach
+    the dead-letter queue, and warnings. An invalid table answers valid: false and why."""
+    limit = max_reconsume_times
+    if limit is None:
+        limit = store.metadata.group(group).max_reconsume_times if group else DEFAULT_RETRY_MAX_TIMES
+    return {"ok": True, "group": group, **config.preview(store, levels, limit)}

@@ -1,4 +1,5 @@
-"""Broker configuration kept in versions: the delay level table."""
+"""Broker configuration kept in versions: the delay level table, its history with who, when,
+why and what changed, rollback, and a preview of the retry schedule a table gives a group."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.models import AuditEntry, ConfigVersion
 from app.roles import Principal
 from app.services import audit
-from app.services.errors import InvalidRequestError
+from app.services.errors import ConflictError, InvalidRequestError, NotFoundError
+from store import topics
 from store.clock import Clock
 from store.delay_levels import parse_delay_levels
 from store.message_store import MessageStore
+from store.metadata import DEFAULT_RETRY_MAX_TIMES
+from store.retry import retry_delay_level
 
 DELAY_LEVELS = "delay_levels"
 SET_DELAY_LEVELS = "set_delay_levels"
@@ -24,6 +28,16 @@ SET_DELAY_LEVELS = "set_delay_levels"
 class DelayLevelsView:
     levels: str
     version: int  # 0: the table the store was opened with, never changed through mqlens
+
+
+@dataclass(frozen=True)
+class VersionView:
+    version: int
+    levels: str
+    created_at_ms: int
+    actor: str
+    reason: str | None
+    changes: list[str]  # against the version before it: "level 3: 10s -> 20s", "level 17 added: 3h"
 
 
 def latest(session: Session, kind: str) -> ConfigVersion | None:
@@ -46,21 +60,42 @@ def get_delay_levels(store: MessageStore, sessions: sessionmaker[Session]) -> De
     return DelayLevelsView(store.delay_levels.spec, 0)
 
 
+def levels_in_use(store: MessageStore) -> dict[int, int]:
+    """Delay levels whose SCHEDULE_TOPIC_XXXX queue ever held a message: level -> messages waiting now."""
+    progress = store.scheduler.progress()
+    used = {}
+    for queue_id, lo, hi in store.topics().get(topics.SCHEDULE_TOPIC, []):
+        if hi > 0:
+            used[queue_id + 1] = max(0, hi - max(lo, progress.get(queue_id + 1, 0)))
+    return used
+
+
+def dropped_levels(store: MessageStore, levels: str) -> dict[int, int]:
+    """The levels in use that the table `levels` lacks: level -> messages waiting there now."""
+    count = len(parse_delay_levels(levels))
+    return {level: waiting for level, waiting in levels_in_use(store).items() if level > count}
+
+
 def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, levels: str, *,
                      actor: Principal, lock: threading.Lock, idempotency_key: str | None = None,
-                     reason: str | None = None) -> DelayLevelsView:
+                     reason: str | None = None, expected_version: int | None = None,
+                     allow_dropped_levels: bool = False) -> DelayLevelsView:
     """Record a new version of the table (with its audit entry), then make the store use it.
-    `lock` serializes changes, so the store always ends on the newest version."""
+    `lock` serializes changes, so the store always ends on the newest version. With
+    `expected_version`, a table changed since that version is refused (409) with the current
+    one. A table without levels the store has used is refused unless `allow_dropped_levels`:
+    producers asking for those levels get the last level's delay."""
     try:
         parse_delay_levels(levels)
     except ValueError as exc:
         raise InvalidRequestError(str(exc)) from None
+    reason = audit.checked_reason(reason)
 
     def intent(s: Session, _entry_id: int) -> dict:
         version = (s.scalar(select(func.max(ConfigVersion.version)).where(ConfigVersion.kind == DELAY_LEVELS))
                    or 0) + 1
         s.add(ConfigVersion(kind=DELAY_LEVELS, version=version, value=levels, created_at_ms=clock.now_ms(),
-                            actor=actor.name))
+                            actor=actor.name, reason=reason))
         return {"version": version}
 
     def act(decided: dict) -> None:
@@ -72,8 +107,18 @@ def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock
 
     with lock:
         current = get_delay_levels(store, sessions)
+        if expected_version is not None and expected_version != current.version and not audit.used_key(
+                sessions, idempotency_key):
+            raise ConflictError(f"the delay levels changed since version {expected_version}: version "
+                                f"{current.version} is now in use ({current.levels}); start from it")
         if current.levels == levels:
             return current
+        dropped = dropped_levels(store, levels)
+        if dropped and not allow_dropped_levels:
+            names = ", ".join(f"{level} ({waiting} waiting)" for level, waiting in sorted(dropped.items()))
+            raise ConflictError(f"the new table drops levels in use: {names}; messages waiting keep their time, "
+                                "but producers asking for those levels would get the last level's delay. Allow "
+                                "dropped levels to do it anyway")
         done = audit.perform(sessions, clock, actor=actor, action=SET_DELAY_LEVELS, target=DELAY_LEVELS,
                              request={"levels": levels}, intent=intent, act=act, undo=undo,
                              idempotency_key=idempotency_key, reason=reason)
@@ -104,3 +149,92 @@ def reconcile_delay_levels(store: MessageStore, sessions: sessionmaker[Session])
 
         done += audit.settle_pending(s, SET_DELAY_LEVELS, settle)
     return done
+
+
+def _label(delay_ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if delay_ms % size == 0:
+            return f"{delay_ms // size}{unit}"
+    return f"{delay_ms}ms"
+
+
+def table_changes(before: str | None, after: str) -> list[str]:
+    """What changed from one table to the next, level by level."""
+    new = parse_delay_levels(after)
+    if before is None:
+        return [f"first recorded table: {len(new)} levels"]
+    old = parse_delay_levels(before)
+    changes = []
+    for level in range(1, max(len(old), len(new)) + 1):
+        was = old[level - 1] if level <= len(old) else None
+        now = new[level - 1] if level <= len(new) else None
+        if was is None and now is not None:
+            changes.append(f"level {level} added: {_label(now)}")
+        elif now is None and was is not None:
+            changes.append(f"level {level} removed (was {_label(was)})")
+        elif was != now and was is not None and now is not None:
+            changes.append(f"level {level}: {_label(was)} -> {_label(now)}")
+    return changes
+
+
+def history(sessions: sessionmaker[Session], store: MessageStore) -> list[VersionView]:
+    """Every version of the table, newest first, each with what changed from the one before."""
+    with sessions() as s:
+        rows = list(s.scalars(select(ConfigVersion).where(ConfigVersion.kind == DELAY_LEVELS)
+                              .order_by(ConfigVersion.version)))
+    views, before = [], None
+    for row in rows:
+        try:
+            changes = table_changes(before, row.value)
+        except ValueError:
+            changes = []
+        views.append(VersionView(row.version, row.value, row.created_at_ms, row.actor, row.reason, changes))
+        before = row.value
+    return list(reversed(views))
+
+
+def rollback(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, version: int, *, actor: Principal,
+             lock: threading.Lock, reason: str | None = None, expected_version: int | None = None,
+             allow_dropped_levels: bool = False, idempotency_key: str | None = None) -> DelayLevelsView:
+    """Make the table of an earlier version current again, as a new version."""
+    with sessions() as s:
+        row = s.scalars(select(ConfigVersion).where(ConfigVersion.kind == DELAY_LEVELS,
+                                                    ConfigVersion.version == version)).first()
+    if row is None:
+        raise NotFoundError(f"no delay level version {version}")
+    why = f"rollback to version {version}" + (f": {reason.strip()}" if reason and reason.strip() else "")
+    return set_delay_levels(store, sessions, clock, row.value, actor=actor, lock=lock, reason=why,
+                            expected_version=expected_version, allow_dropped_levels=allow_dropped_levels,
+                            idempotency_key=idempotency_key)
+
+
+def preview(store: MessageStore, levels: str, max_reconsume_times: int = DEFAULT_RETRY_MAX_TIMES) -> dict:
+    """What a table would do: each level's delay and messages waiting there now, the retry
+    schedule of a group with `max_reconsume_times` (attempt, its delay, time since the first
+    failure), when a message would reach the dead-letter queue, and warnings."""
+    try:
+        delays = parse_delay_levels(levels)
+    except ValueError as exc:
+        return {"valid": False, "error": str(exc), "levels": [], "schedule": [], "warnings": []}
+    in_use = levels_in_use(store)
+    rows = [{"level": n, "delay_ms": delay, "label": _label(delay), "waiting": in_use.get(n, 0)}
+            for n, delay in enumerate(delays, start=1)]
+    schedule, elapsed = [], 0
+    for retry in range(1, max_reconsume_times + 1):
+        asked = retry_delay_level(retry - 1)
+        level = min(asked, len(delays))
+        elapsed += delays[level - 1]
+        schedule.append({"retry": retry, "level": level, "clamped": asked > len(delays),
+                         "delay_ms": delays[level - 1], "since_first_failure_ms": elapsed})
+    warnings = []
+    dropped = {level: waiting for level, waiting in in_use.items() if level > len(delays)}
+    if dropped:
+        warnings.append("drops levels in use: " + ", ".join(f"{level} ({waiting} waiting)"
+                                                            for level, waiting in sorted(dropped.items()))
+                        + "; producers asking for them would get the last level's delay")
+    clamped = [row["retry"] for row in schedule if row["clamped"]]
+    if clamped:
+        warnings.append(f"retries {clamped[0]} to {clamped[-1]} ask for levels past the table's end and all wait "
+                        f"the last level ({_label(delays[-1])})")
+    return {"valid": True, "error": None, "levels": rows, "schedule": schedule, "warnings": warnings,
+            "dead_letter_after_ms": elapsed, "max_reconsume_times": max_reconsume_times, "dropped": dropped}

@@ -90,7 +90,8 @@ async def test_idempotency_key_acts_once(api, applied):
     assert applied == [NEW]
     assert len(rows(api.sessions)[1]) == 1
     assert_error(await api.client.put(URL, json={"levels": "9s"}, headers=headers), 409, "different request")
-    assert_error(await api.client.put(URL, json={"levels": "9s"}, headers={"Idempotency-Key": "k" * 256}), 400)
+    assert_error(await api.client.put(URL, json={"levels": "9s"}, headers={"Idempotency-Key": "k" * 256}), 422,
+                 "idempotency-key")
     assert applied == [NEW]
 
 

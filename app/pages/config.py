@@ -1,0 +1,71 @@
+"""The delay-level page: the table in use, an editor that checks and previews as you type (the
+retry schedule a group would get, warnings), save as a new version, and the history with who,
+when, why and what changed, each version one click from being current again."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import RedirectResponse
+
+from app.deps import ClockDep, ConfigLockDep, SessionsDep, StoreDep
+from app.pages import RendererDep
+from app.pages.params import optional_int
+from app.security import READ, Configurer
+from app.services import config
+from app.services.audit import MAX_REASON
+from app.services.group_status import known_groups
+from store.metadata import DEFAULT_RETRY_MAX_TIMES
+
+router = APIRouter(include_in_schema=False)
+PAGE = "/config/delay-levels"
+
+
+def _preview(store, levels: str, group: str | None) -> dict:
+    limit = store.metadata.group(group).max_reconsume_times if group else DEFAULT_RETRY_MAX_TIMES
+    return {**config.preview(store, levels, limit), "group": group or "", "levels_text": levels}
+
+
+@router.get(PAGE, dependencies=[READ])
+def delay_levels_page(request: Request, store: StoreDep, sessions: SessionsDep, renderer: RendererDep,
+                      group: str | None = None):
+    current = config.get_delay_levels(store, sessions)
+    groups = known_groups(store)
+    chosen = group or (groups[0] if groups else None)
+    data = {"nav": "config", "current": {"levels": current.levels, "version": current.version},
+            "preview": _preview(store, current.levels, chosen), "groups": groups,
+            "history": [vars(v) for v in config.history(sessions, store)]}
+    return renderer.page(request, "config/delay_levels.html", data)
+
+
+@router.get(f"{PAGE}/preview", dependencies=[READ])
+def preview_fragment(request: Request, store: StoreDep, renderer: RendererDep, levels: str = "",
+                     group: str | None = None):
+    if len(levels) > 4000:
+        levels = levels[:4000]
+    data = {"nav": "config", "preview": _preview(store, levels, group or None)}
+    return renderer.page(request, "config/delay_levels.html", data, fragment="preview_block")
+
+
+@router.post(PAGE)
+def save(store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Configurer, lock: ConfigLockDep,
+         levels: Annotated[str, Form(max_length=4000)], expected_version: Annotated[str, Form(max_length=12)],
+         reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None,
+         allow_dropped_levels: Annotated[bool, Form()] = False,
+         idempotency_key: Annotated[str | None, Form(max_length=255)] = None):
+    config.set_delay_levels(store, sessions, clock, levels.strip(), actor=actor, lock=lock, reason=reason,
+                            expected_version=optional_int(expected_version, "version"),
+                            allow_dropped_levels=allow_dropped_levels, idempotency_key=idempotency_key or None)
+    return RedirectResponse(PAGE, status_code=303)
+
+
+@router.post(f"{PAGE}/rollback")
+def rollback(store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Configurer, lock: ConfigLockDep,
+             version: Annotated[str, Form(max_length=12)], expected_version: Annotated[str, Form(max_length=12)],
+             reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None,
+             allow_dropped_levels: Annotated[bool, Form()] = False):
+    config.rollback(store, sessions, clock, optional_int(version, "version", low=1) or 0, actor=actor, lock=lock,
+                    reason=reason, expected_version=optional_int(expected_version, "version"),
+                    allow_dropped_levels=allow_dropped_levels)
+    return RedirectResponse(PAGE, status_code=303)
