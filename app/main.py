@@ -24,6 +24,7 @@ from app.config import Settings
 from app.db import make_engine, migrate, session_factory
 from app.errors import error_response, install_error_handlers
 from app.headers import SecurityHeadersMiddleware
+from app.pages import audit as audit_page
 from app.pages import config as config_page
 from app.pages import dashboard as dashboard_page
 from app.pages import dead_letters as dead_letters_page
@@ -36,6 +37,7 @@ from app.pages import topics as topics_page
 from app.read_only import refuse_writes_when_read_only
 from app.render import STATIC_PREFIX, Renderer, project_dir
 from app.routes import accounts as accounts_routes
+from app.routes import audit as audit_routes
 from app.routes import auth as auth_routes
 from app.routes import config as config_routes
 from app.routes import dead_letters as dead_letter_routes
@@ -189,7 +191,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     for module in (health, auth_routes, accounts_routes, dead_letter_routes, messages, topics, groups, config_routes,
                    receive, queue_view, timeline, resend, lookup, docs, metrics_routes, dashboard_page, search_page,
                    message_page, timeline_page, topics_page, groups_page, dead_letters_page, redrive_routes,
-                   redrive_page, config_page):
+                   redrive_page, config_page, audit_routes, audit_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
     app.add_middleware(SessionCookieMiddleware)

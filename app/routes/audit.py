@@ -1,0 +1,66 @@
+"""The audit log for scripts: GET /api/audit and GET /api/audit.csv."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
+
+from app.deps import SessionsDep
+from app.routes import error_responses
+from app.security import READ
+from app.services import audit_log
+from app.services.audit_log import MAX_LIMIT, AuditFilter
+
+router = APIRouter(tags=["audit"], dependencies=[READ])
+
+CSV_COLUMNS = ("id", "at_ms", "actor", "role", "action", "target", "reason", "outcome", "outcome_detail", "detail")
+
+
+def audit_filter(
+    actor: Annotated[str | None, Query(max_length=255)] = None,
+    action: Annotated[str | None, Query(max_length=64)] = None,
+    target: Annotated[str | None, Query(max_length=512, description="Exact, or a prefix ending in ':' "
+                                        "(message:, group:, topic:, dlq:, user:, token:).")] = None,
+    message: Annotated[str | None, Query(max_length=64, description="Entries about this message (offset id): "
+                                         "reveals, resends of it and resends that made it.")] = None,
+    since: Annotated[int | None, Query(ge=0, description="At or after (epoch ms).")] = None,
+    until: Annotated[int | None, Query(ge=0, description="At or before (epoch ms).")] = None,
+) -> AuditFilter:
+    return AuditFilter(actor or None, action or None, target or None, (message or "").upper() or None, since, until)
+
+
+FilterDep = Annotated[AuditFilter, Depends(audit_filter)]
+
+
+@router.get("/api/audit", responses=error_responses(400, 422))
+def entries(sessions: SessionsDep, wanted: FilterDep,
+            cursor: Annotated[str | None, Query(max_length=20)] = None,
+            limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100) -> dict:
+    """Every operator action, newest first: who (and their role), when, what, on what, why,
+    the details (before/after, the list of a bulk action) and the outcome."""
+    page = audit_log.read(sessions, wanted, cursor, limit)
+    return {"ok": True, "entries": page.entries, "next_cursor": page.next_cursor}
+
+
+@router.get("/api/audit.csv", response_class=Response, responses=error_responses(400, 422))
+def entries_csv(sessions: SessionsDep, wanted: FilterDep) -> Response:
+    """The filtered log as CSV (details as JSON in one column)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, CSV_COLUMNS)
+    writer.writeheader()
+    cursor = None
+    while True:
+        page = audit_log.read(sessions, wanted, cursor, MAX_LIMIT)
+        for entry in page.entries:
+            row = {**entry, "detail": json.dumps(entry["detail"])}
+            writer.writerow({k: ("'" + v if isinstance(v, str) and v[:1] in "=+-@" else v) for k, v in row.items()})
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    return Response(out.getvalue(), media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": 'attachment; filename="audit.csv"'})
