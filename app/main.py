@@ -45,7 +45,7 @@ from app.routes import docs, groups, health, lookup, messages, queue_view, recei
 from app.routes import metrics as metrics_routes
 from app.routes import redrive as redrive_routes
 from app.security import CrossOriginGuardMiddleware, SessionCookieMiddleware
-from app.services import accounts
+from app.services import accounts, offset_reset
 from app.services import config as config_service
 from app.services import groups as groups_service
 from app.services import redrive as redrive_service
@@ -120,7 +120,8 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
             log.info("start-up: %s", line)
         for line in [*resend_service.reconcile_resends(store, sessions),
                      *groups_service.reconcile_group_updates(store, sessions),
-                     *topics_service.reconcile_topic_updates(store, sessions)]:
+                     *topics_service.reconcile_topic_updates(store, sessions),
+                     *offset_reset.reconcile_resets(store, sessions)]:
             log.info("start-up: %s", line)
         for line in redrive_service.reconcile_job_creation(sessions):
             log.info("start-up: %s", line)

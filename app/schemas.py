@@ -112,6 +112,8 @@ class GroupOut(BaseModel):
     retry_queues: int
     consume_enable: bool
     configured: bool = Field(description="False: nobody set this group up; these are the defaults.")
+    version: str = Field(description="Names these settings: send it back (expected_version or If-Match) to change "
+                         "them only if nobody else has meanwhile.")
 
 
 class GroupsResponse(BaseModel):
@@ -133,6 +135,8 @@ class GroupUpdate(Strict):
     retry_queues: StrictInt | None = Field(None, description="Queues of the group's retry topic, 1 to 1024.")
     consume_enable: Annotated[bool, Field(strict=True)] | None = None
     reason: Reason = None
+    expected_version: str | None = Field(None, max_length=32, description="The settings version this edit was "
+                                         "made from; changed since: 409.")
 
 
 # -- messages as stored ------------------------------------------------------------------------
@@ -625,3 +629,28 @@ class RedriveItemOut(BaseModel):
 class RedriveItemsResponse(BaseModel):
     ok: Literal[True] = True
     items: list[RedriveItemOut]
+
+
+class OffsetResetRequest(Strict):
+    topic: str = Field(max_length=127)
+    to: Literal["earliest", "latest"] | dict[Literal["time", "offset"], StrictInt] = Field(
+        description='"earliest", "latest", {"time": epoch ms} or {"offset": n}.')
+    queue_id: StrictInt | None = Field(None, ge=0, description="One queue; default: every queue of the topic.")
+    dry_run: bool = Field(False, description="Only show the offsets and lag before and after.")
+    reason: Reason = None
+
+
+class QueueResetOut(BaseModel):
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    before: int | None
+    after: int
+    lag_before: int
+    lag_after: int
+
+
+class OffsetResetResponse(BaseModel):
+    ok: Literal[True] = True
+    applied: bool
+    queues: list[QueueResetOut]

@@ -660,6 +660,14 @@ class MessageStore:
                                     reason=why)], now)
             return result
 
+    def reset_consumer_offset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """An operator moves the group's consumer offsets of the topic's queues: pull consumers
+        and receives (pop) both go on from there."""
+        with self._writing():
+            for queue_id, offset in offsets.items():
+                self.offsets.commit(topic, group, queue_id, offset)
+                self.pop.reset_offset(group, topic, queue_id, offset)
+
     def new_unique_key(self) -> str:
         """A fresh unique key in RocketMQ's client form, as a producer would make."""
         return self._builder.unique_keys.create()

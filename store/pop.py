@@ -463,6 +463,16 @@ class PopService:
                                      attempt=entry.attempt, reconsume_times=entry.attempt, reason=why))
         return True
 
+    def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Receives of the group go on from `offset` of the queue (the caller holds the store's write lock)."""
+        sub = self.state.get(group, topic)
+        if sub is not None:
+            for entry in sub.reset_queue(queue_id, offset):
+                if entry.receipt_handle is not None:
+                    self._retire(entry.receipt_handle, "receipt handle no longer valid: an operator reset the "
+                                                       "group's offset")
+            self.state_file.mark_changed()
+
     # -- offsets and trace -------------------------------------------------------------------
     def _commit(self, sub: Subscription, queue_ids: set[int]) -> None:
         """Keep the group's consumer offset of each queue at its lowest offset not yet done."""

@@ -94,6 +94,18 @@ class Subscription:
         del self.entries[entry.key]
         self._disarm(entry)
 
+    def reset_queue(self, queue_id: int, offset: int) -> list[InFlight]:
+        """An operator moved the group's offset: hand out from `offset` on, forget what was in
+        flight on the queue (it is delivered again from the new offset, or skipped). Returns
+        the entries forgotten."""
+        dropped = [entry for key, entry in self.entries.items() if key[0] == queue_id]
+        for entry in dropped:
+            del self.entries[entry.key]
+        self.cursors[queue_id] = offset
+        self.committed[queue_id] = offset
+        self._compact()
+        return dropped
+
     def set_timer(self, entry: InFlight, seq: int) -> None:
         """Arm the entry's one timer at its due time (the old one goes stale)."""
         self._disarm(entry)

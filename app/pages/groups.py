@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import RedirectResponse
 
-from app.deps import StoreDep
+from app.deps import ClockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
+from app.pages.params import optional_int, optional_time_ms
 from app.pages.topics import topic_url
-from app.security import READ
+from app.security import READ, Configurer
+from app.services import groups as groups_service
+from app.services import offset_reset
+from app.services.audit import MAX_REASON
+from app.services.errors import InvalidRequestError
 from app.services.group_status import group_detail, group_rows
+from store.topics import is_system_topic
 
 router = APIRouter(include_in_schema=False)
 
@@ -26,4 +35,49 @@ def group_page(group: str, request: Request, store: StoreDep, renderer: Renderer
     dlq = data["dead_letters"]["topic"]
     links = {"dlq_topic_url": topic_url(dlq) if data["dead_letters"]["queues"] else None,
              "dlq_inbox_url": f"/groups/{quote(group, safe='')}/dead-letters"}
-    return renderer.page(request, "groups/group.html", {"nav": "groups", "group": data, **links})
+    topics_known = sorted({o.topic for o in data["offsets"]} | {t for t in store.topics() if not is_system_topic(t)})
+    return renderer.page(request, "groups/group.html", {"nav": "groups", "group": data, "topics": topics_known,
+                                                        **links})
+
+
+@router.post("/groups/{group}/settings")
+def save_settings(group: str, store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Configurer,
+                  max_reconsume_times: Annotated[str, Form(max_length=12)],
+                  consume_mode: Annotated[str, Form(max_length=16)],
+                  expected_version: Annotated[str, Form(max_length=32)],
+                  reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None):
+    groups_service.put_group(store, sessions, clock, group, actor=actor, reason=reason,
+                             expected_version=expected_version,
+                             max_reconsume_times=optional_int(max_reconsume_times, "Max reconsume times",
+                                                              high=10_000),
+                             consume_mode=consume_mode)
+    return RedirectResponse(f"/groups/{quote(group, safe='')}", status_code=303)
+
+
+def _reset_target(to: str, value: str | None) -> object:
+    if to in ("earliest", "latest"):
+        return to
+    if to == "time":
+        return {"time": optional_time_ms(value, "Time") or 0}
+    if to == "offset":
+        return {"offset": optional_int(value, "Offset") or 0}
+    raise InvalidRequestError("reset to the earliest or latest message, a time or an offset")
+
+
+@router.post("/groups/{group}/offsets/reset")
+def reset_offsets(group: str, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+                  renderer: RendererDep, actor: Configurer, topic: Annotated[str, Form(max_length=127)],
+                  to: Annotated[str, Form(max_length=16)], value: Annotated[str | None, Form(max_length=40)] = None,
+                  queue_id: Annotated[str | None, Form(max_length=6)] = None,
+                  reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None,
+                  confirm: Annotated[bool, Form()] = False):
+    """Without `confirm`: each queue's offset and lag before and after; with it: the reset."""
+    target = _reset_target(to, value)
+    queue = optional_int(queue_id, "Queue")
+    if not confirm:
+        rows = offset_reset.plan(store, group, topic, target, queue)
+        return renderer.page(request, "groups/reset.html", {
+            "nav": "groups", "group": group, "topic": topic, "rows": [asdict(r) for r in rows], "to": to,
+            "value": value or "", "queue_id": queue_id or "", "reason": reason or ""})
+    offset_reset.reset(store, sessions, clock, group, topic, target, actor=actor, queue_id=queue, reason=reason)
+    return RedirectResponse(f"/groups/{quote(group, safe='')}", status_code=303)

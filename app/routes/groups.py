@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from dataclasses import asdict
+from typing import Annotated
+
+from fastapi import APIRouter, Header
 
 from app.deps import ClockDep, SessionsDep, StoreDep
 from app.routes import error_responses
-from app.schemas import GroupOut, GroupResponse, GroupsResponse, GroupUpdate
+from app.schemas import (
+    GroupOut,
+    GroupResponse,
+    GroupsResponse,
+    GroupUpdate,
+    OffsetResetRequest,
+    OffsetResetResponse,
+    QueueResetOut,
+)
 from app.security import READ, Configurer
-from app.services import groups
+from app.services import groups, offset_reset
 
 router = APIRouter(tags=["groups"])
 
@@ -27,8 +38,26 @@ def get_group(group: str, store: StoreDep) -> GroupResponse:
 
 @router.put("/api/groups/{group}", response_model=GroupResponse, responses=error_responses(400, 403, 422))
 def put_group(group: str, update: GroupUpdate, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
-              actor: Configurer) -> GroupResponse:
+              actor: Configurer, if_match: Annotated[str | None, Header(max_length=34)] = None) -> GroupResponse:
     """Create a group or change its settings (unset fields keep their value; bad values: 400).
     Needs the operator role; audited with the settings before and after."""
-    view = groups.put_group(store, sessions, clock, group, actor=actor, **update.model_dump())
+    changes = update.model_dump()
+    expected = if_match.strip().strip('"') if if_match else changes.pop("expected_version")
+    changes.pop("expected_version", None)
+    view = groups.put_group(store, sessions, clock, group, actor=actor, expected_version=expected, **changes)
     return GroupResponse(group=GroupOut.model_validate(view, from_attributes=True))
+
+
+@router.post("/api/groups/{group}/offsets/reset", response_model=OffsetResetResponse,
+             responses=error_responses(400, 404, 409, 422))
+def reset_offsets(group: str, body: OffsetResetRequest, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+                  actor: Configurer) -> OffsetResetResponse:
+    """Move the group's consumer offsets of a topic to its earliest or latest message, a time or
+    an exact offset, on one queue or all. `dry_run` shows each queue's offset and lag before
+    and after; otherwise it is applied (audited) and consumers, pull and pop, go on from there."""
+    if body.dry_run:
+        rows = offset_reset.plan(store, group, body.topic, body.to, body.queue_id)
+    else:
+        rows = offset_reset.reset(store, sessions, clock, group, body.topic, body.to, actor=actor,
+                                  queue_id=body.queue_id, reason=body.reason)
+    return OffsetResetResponse(applied=not body.dry_run, queues=[QueueResetOut(**asdict(r)) for r in rows])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -9,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.models import AuditEntry
 from app.roles import Principal
 from app.services import audit
+from app.services.errors import ConflictError
 from store.clock import Clock
 from store.message_store import MessageStore
 from store.metadata import GroupConfig
@@ -25,6 +28,12 @@ class GroupView:
     retry_queues: int
     consume_enable: bool
     configured: bool
+
+    @property
+    def version(self) -> str:
+        """Names these settings: an edit made from other settings is refused."""
+        text = json.dumps({k: v for k, v in asdict(self).items() if k != "name"}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _view(config: GroupConfig, configured: bool) -> GroupView:
@@ -43,11 +52,15 @@ def get_group(store: MessageStore, name: str) -> GroupView:
 
 
 def put_group(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, name: str, *, actor: Principal,
-              reason: str | None = None, **changes) -> GroupView:
+              reason: str | None = None, expected_version: str | None = None, **changes) -> GroupView:
     """Create or change a group: unset (None) settings keep their value. Audited with the
-    settings before and after."""
+    settings before and after. With `expected_version`, settings changed since are refused (409)."""
     changed = {k: v for k, v in changes.items() if v is not None}
     before = get_group(store, name)  # checks the name
+    if expected_version is not None and expected_version != before.version:
+        raise ConflictError(f"group {name}'s settings changed since version {expected_version[:20]}: now "
+                            f"{before.version} (max reconsume times {before.max_reconsume_times}, "
+                            f"{before.consume_mode}); start from them")
 
     def act(decided: dict) -> dict:
         after = _view(store.metadata.update_group(name, **changed), True)

@@ -17,15 +17,20 @@ async def test_an_unconfigured_group_has_the_defaults(api):
     assert (await api.client.get("/api/groups")).json() == {"ok": True, "groups": []}
     r = await api.client.get("/api/groups/billing")
     assert r.status_code == 200
-    assert r.json()["group"] == {"name": "billing", "configured": False, **DEFAULTS}
+    group = r.json()["group"]
+    assert len(group.pop("version")) == 12
+    assert group == {"name": "billing", "configured": False, **DEFAULTS}
 
 
 async def test_put_creates_then_updates_a_group(api):
     r = await api.client.put("/api/groups/billing", json={"max_reconsume_times": 3, "consume_mode": "orderly"})
     assert r.status_code == 200, r.text
-    assert r.json()["group"] == {**DEFAULTS, "name": "billing", "configured": True, "max_reconsume_times": 3,
-                                 "consume_mode": "orderly"}
-    r = await api.client.put("/api/groups/billing", json={"retry_queues": 2, "consume_enable": False})
+    first = r.json()["group"]
+    version = first.pop("version")
+    assert first == {**DEFAULTS, "name": "billing", "configured": True, "max_reconsume_times": 3,
+                     "consume_mode": "orderly"}
+    r = await api.client.put("/api/groups/billing", json={"retry_queues": 2, "consume_enable": False,
+                                                          "expected_version": version})
     group = r.json()["group"]
     assert group["max_reconsume_times"] == 3 and group["consume_mode"] == "orderly"  # kept
     assert group["retry_queues"] == 2 and group["consume_enable"] is False
@@ -100,3 +105,12 @@ async def test_put_topic_creates_and_changes(api):
 async def test_bad_topic_changes_are_refused(api, topic, payload, status, fragment):
     assert_error(await api.client.put(f"/api/topics/{topic}", json=payload), status, fragment)
     assert api.store.metadata.topic("Payments") is None
+
+
+async def test_a_group_edit_made_from_older_settings_is_refused(api):
+    version = (await api.client.put("/api/groups/g2", json={"max_reconsume_times": 3})).json()["group"]["version"]
+    r = await api.client.put("/api/groups/g2", json={"max_reconsume_times": 4}, headers={"If-Match": f'"{version}"'})
+    assert r.status_code == 200
+    stale = await api.client.put("/api/groups/g2", json={"max_reconsume_times": 9, "expected_version": version})
+    assert stale.status_code == 409 and "changed since version" in stale.json()["error"]
+    assert api.store.metadata.group("g2").max_reconsume_times == 4
