@@ -15,6 +15,11 @@ PAGE = mmap.PAGESIZE
 
 
 def _reserve(fd: int, size: int) -> None:
+    # A file the disk cannot hold is refused before any block is taken: a failing fallocate may
+    # fill the disk for a moment, and every other writer on it fails meanwhile.
+    stats = os.fstatvfs(fd)
+    if size > stats.f_bavail * stats.f_frsize:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     try:
         if size:
             os.posix_fallocate(fd, 0, size)
