@@ -32,7 +32,7 @@ def delay_levels_page(request: Request, store: StoreDep, sessions: SessionsDep, 
                       group: str | None = None):
     current = config.get_delay_levels(store, sessions)
     groups = known_groups(store)
-    chosen = group or (groups[0] if groups else None)
+    chosen = group if group in groups else None
     data = {"nav": "config", "current": {"levels": current.levels, "version": current.version},
             "preview": _preview(store, current.levels, chosen), "groups": groups,
             "history": [vars(v) for v in config.history(sessions, store)]}

@@ -3,6 +3,8 @@ of its hops across the producer/broker lane and one lane per group, and a table 
 
 from __future__ import annotations
 
+import secrets
+
 from fastapi import APIRouter, Request
 
 from app.deps import StoreDep
@@ -10,7 +12,9 @@ from app.pages import RendererDep
 from app.pages.timeline_svg import timeline_layout
 from app.presenters import message_summary
 from app.security import READ
+from app.services import resend as resend_service
 from app.services import timeline as service
+from app.services.errors import InvalidRequestError
 from app.services.timeline import MessageTimeline
 from store import topics
 from store.message_store import MessageStore
@@ -30,10 +34,29 @@ def _identity(found: MessageTimeline) -> dict:
             "keys": first.keys, "born_timestamp": first.born_timestamp, "store_timestamp": first.store_timestamp}
 
 
+def _dead_letters(store: MessageStore, found: MessageTimeline) -> dict[str, dict]:
+    """Per group whose verdict is dead-lettered: its newest dead letter and where a resend takes it."""
+    dead = {}
+    for verdict in found.verdicts:
+        if verdict.state != "dead_lettered":
+            continue
+        copies = [m for m in found.copies if m.topic == topics.dlq_topic(verdict.group)]
+        if copies:
+            newest = max(copies, key=lambda m: (m.store_timestamp, m.phys_offset))
+            try:
+                route = resend_service.Destination("group").topic_for(store, verdict.group, newest)
+            except InvalidRequestError:
+                continue
+            dead[verdict.group] = {"offset_msg_id": newest.offset_msg_id, "route": route}
+    return dead
+
+
 def timeline_data(store: MessageStore, message_id: str) -> dict:
     found = service.message_timeline(store, message_id)
     groups = [verdict.group for verdict in found.verdicts]
     return {
+        "dead_letters": _dead_letters(store, found),
+        "click_key": secrets.token_urlsafe(16),
         "id": message_id,
         "message": _identity(found),
         "traced": found.traced,
