@@ -61,11 +61,19 @@ def format_bytes(count: int | None) -> str:
     return f"{count} B"
 
 
+def json_twin_url(request: Request) -> str:
+    """The page's JSON twin, from the path as the browser sent it (so %25 stays %25)."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    path = raw.decode("latin-1").split("?", 1)[0].rstrip("/") or ""
+    query = request.url.query
+    return (path or "/index") + ".json" + (f"?{query}" if query else "")
+
+
 def make_environment(templates_dir: Path) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates_dir), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(ms_time=format_ms, duration=format_duration_ms, bytes=format_bytes)
-    env.globals.update(static_prefix=STATIC_PREFIX, htmx_file=HTMX_FILE)
+    env.globals.update(static_prefix=STATIC_PREFIX, htmx_file=HTMX_FILE, json_twin_url=json_twin_url)
     # The macros as a global, so a block rendered on its own (an htmx fragment) has them too.
     env.globals["ui"] = env.get_template("_macros.html").module
     return env

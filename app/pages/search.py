@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse
 
 from app.deps import StoreDep
 from app.pages import RendererDep
 from app.pages.params import as_form_time, optional_int, optional_time_ms
 from app.presenters import message_summary
+from app.render import is_htmx, wants_json
 from app.security import READ
 from app.services import lookup
 from app.services.errors import InvalidRequestError
@@ -86,6 +88,9 @@ def search_page(request: Request, store: StoreDep, renderer: RendererDep, q: str
         raise InvalidRequestError("the time window ends before it begins")
     max_results = optional_int(max, "max", low=1, high=PAGE_MAX) or DEFAULT_QUERY_MAX
     data = search_data(store, q, (topic or "").strip() or None, begin_ms, end_ms, max_results, _cursor(cursor))
+    if (len(data.get("messages", [])) == 1 and cursor is None and not data.get("truncated")
+            and not wants_json(request) and not is_htmx(request)):
+        return RedirectResponse(f"/messages/{data['messages'][0]['offset_msg_id']}", status_code=303)
     params = {k: v for k, v in request.query_params.items() if k != "cursor"}
     next_cursor = data["next_cursor"]
     data["next_url"] = "/search?" + urlencode({**params, "cursor": next_cursor}) if next_cursor else None

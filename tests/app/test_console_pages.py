@@ -36,15 +36,21 @@ def assert_html_error(page: str, status: int, fragment: str) -> None:
 
 
 async def test_search_page_and_its_json_twin_show_the_same_results(api):
+    older = await produce(api, keys=["order-1"], tags="paid")
     put = await produce(api, keys=["order-1"], tags="paid")
     page = await html(api, "/search?q=order-1")
     twin = (await api.client.get("/search.json?q=order-1")).json()
     assert twin["ok"] is True and twin["recognised_as"] == "key"
-    assert [m["offset_msg_id"] for m in twin["messages"]] == [put["offset_msg_id"]]
+    assert [m["offset_msg_id"] for m in twin["messages"]] == [put["offset_msg_id"], older["offset_msg_id"]]
     assert f'href="/messages/{put["offset_msg_id"]}"' in page
     assert "looked up as <strong>key</strong>" in page and "paid" in page
     empty = await html(api, "/search")
     assert "Type an offset message id" in empty
+    # an exact single match opens the message (its JSON twin and htmx still get the list)
+    only = await produce(api, keys=["order-2"])
+    r = await api.client.get("/search?q=order-2", headers=HTML)
+    assert r.status_code == 303 and r.headers["location"] == f"/messages/{only['offset_msg_id']}"
+    assert len((await api.client.get("/search.json?q=order-2")).json()["messages"]) == 1
 
 
 async def test_search_without_a_topic_lists_the_dead_letter_copy(api):
@@ -162,6 +168,7 @@ async def test_a_large_text_body_is_previewed_with_a_download_link(api):
 
 async def test_payloads_in_body_keys_tags_and_properties_render_inert(api):
     put = await produce(api, body=PAYLOAD, keys=["<b>k</b>"], tags="<i>t</i>", properties={"p": PAYLOAD})
+    await produce(api, body=PAYLOAD, keys=["<b>k</b>"], tags="<i>t</i>")  # two hits: the search lists them
     for url in (f"/messages/{put['offset_msg_id']}", f"/messages/{put['offset_msg_id']}?view=json",
                 "/search?q=%3Cb%3Ek%3C%2Fb%3E", f"/messages/{put['offset_msg_id']}?view=hex"):
         page = await html(api, url)

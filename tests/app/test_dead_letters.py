@@ -179,3 +179,12 @@ async def test_a_dead_letters_message_page_resends_it_and_then_follows_the_copy(
     assert "<strong>consumed</strong>" in page.text
     copy_page = (await api.client.get(f"/messages/{copy['offset_msg_id']}.json")).json()
     assert copy_page["message"]["copy"] == "resent"
+
+
+async def test_the_json_link_of_a_dead_letter_topic_page_works(api):
+    await fail(api, "json-link")
+    page = await api.client.get(f"/topics/%25DLQ%25{GROUP}", headers=HTML)
+    assert page.status_code == 200
+    assert f'href="/topics/%25DLQ%25{GROUP}.json">this page as JSON' in page.text
+    twin = await api.client.get(f"/topics/%25DLQ%25{GROUP}.json")
+    assert twin.status_code == 200 and twin.json()["ok"] is True

@@ -64,7 +64,10 @@ async def test_every_golden_record_is_found_and_nothing_changes(read_only_settin
             assert r.status_code == 200, (unique_key, r.text)
             assert offset_id in [m["offset_msg_id"] for m in r.json()["messages"]]
             found = await client.get("/search", params={"q": unique_key}, headers=HTML)
-            assert found.status_code == 200 and f'href="/messages/{offset_id}"' in found.text, unique_key
+            if found.status_code == 303:  # the only copy: the search opens it
+                assert found.headers["location"] == f"/messages/{offset_id}", unique_key
+            else:
+                assert found.status_code == 200 and f'href="/messages/{offset_id}"' in found.text, unique_key
 
         r = await client.post("/api/topics/TopicTest/messages", json={"body": "refused"})
         assert_error(r, 409, "read-only")
