@@ -329,7 +329,16 @@ def serve(
     settings = _settings(data_dir=data, host=host, port=port, demo=demo or None, store_dir=store,
                          read_only=read_only or None, commitlog_file_size=commitlog_file_size,
                          cq_file_size=cq_file_size, index_slots=index_slots, index_entries=index_entries)
+    if settings.listens_beyond_loopback() and settings.anonymous_viewer:
+        raise CliError(f"--host {settings.host} with MQLENS_ANONYMOUS_VIEWER would show message bodies and "
+                       "topics to anyone on the network: turn anonymous viewing off, or listen on 127.0.0.1")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
+    if settings.listens_beyond_loopback():
+        logging.getLogger("mqlens").warning(
+            "listening on %s, beyond this machine: every page and API call needs an account; the server answers "
+            "only the host names %s (add yours with MQLENS_ALLOWED_HOSTS)%s", settings.host,
+            ", ".join(settings.host_names()),
+            "" if settings.secure_cookies else "; serve it behind HTTPS and set MQLENS_SECURE_COOKIES=true")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("mqlens").info("data in %s, store in %s%s", settings.data_dir, settings.store_dir,
                                      " (read-only)" if settings.read_only else "")

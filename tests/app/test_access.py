@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 
 import httpx
 import pytest
@@ -373,3 +374,27 @@ async def test_read_only_serving_still_lets_people_sign_in(tmp_path, golden_stor
         r = await api.client.post("/api/users", json={"name": "ro", "password": "long-enough-pw", "role": "viewer"})
         assert r.status_code == 201
         assert_error(await api.client.put("/api/config/delay-levels", json={"levels": "1s"}), 409, "read-only")
+
+
+def test_users_add_on_the_command_line(tmp_path, capsys, monkeypatch):
+    from app.cli import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("a-long-enough-password\n"))
+    assert main(["users", "add", "carol", "--role", "operator", "--data", str(tmp_path), "--password-stdin"]) == 0
+    assert capsys.readouterr().out.strip() == "added carol (operator)"
+    assert main(["users", "add", "dave", "--role", "Viewer", "--data", str(tmp_path)]) == 0
+    made = capsys.readouterr().out
+    assert made.startswith("added dave (viewer) with password ") and len(made.split()[-1]) >= 16
+    assert main(["users", "add", "carol", "--role", "viewer", "--data", str(tmp_path)]) == 2
+    assert "exists already" in capsys.readouterr().err
+    assert main(["users", "add", "eve", "--role", "root", "--data", str(tmp_path)]) == 2
+    assert "unknown role" in capsys.readouterr().err
+
+
+def test_serving_beyond_loopback_refuses_anonymous_viewing(tmp_path, capsys, monkeypatch):
+    from app.cli import main
+
+    monkeypatch.setenv("MQLENS_ANONYMOUS_VIEWER", "true")
+    assert main(["serve", "--data", str(tmp_path), "--host", "0.0.0.0"]) == 2
+    assert "anyone on the network" in capsys.readouterr().err
+    assert not (tmp_path / "store").exists()
