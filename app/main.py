@@ -44,7 +44,7 @@ from app.routes import dead_letters as dead_letter_routes
 from app.routes import docs, groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
 from app.routes import metrics as metrics_routes
 from app.routes import redrive as redrive_routes
-from app.security import CrossOriginGuardMiddleware, SessionCookieMiddleware
+from app.security import CrossOriginGuardMiddleware, PrincipalCache, SessionCookieMiddleware
 from app.services import accounts, offset_reset
 from app.services import config as config_service
 from app.services import groups as groups_service
@@ -185,6 +185,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.config_lock = threading.Lock()  # one configuration change at a time
     app.state.renderer = Renderer(project_dir() / "templates")
     app.state.login_limiter = LoginLimiter(settings.failed_logins_per_minute)
+    app.state.principal_cache = PrincipalCache(clock)
     app.state.dead_letter_reasons = ReasonCache()
     app.state.rates = RateSampler()  # messages/s on the dashboard
     app.state.metrics_registry = metrics_registry(lambda: app.state.store)

@@ -7,6 +7,7 @@ anonymous_viewer setting grants it)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.roles import ANONYMOUS, Permission, Principal, Role, roles_with
 from app.services import accounts, reveal
 from app.services.errors import AuthenticationError, ForbiddenError
+from store.clock import Clock
 from store.codec import StoredMessage
 
 SESSION_COOKIE = "mqlens_session"
@@ -26,20 +28,67 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _BEARER = "bearer "
 
 
-def _resolve(request: Request) -> Principal:
+class PrincipalCache:
+    """Credentials checked in the last few seconds, so a burst of requests with one token costs
+    one database lookup. Any change to users, tokens or sessions in this server empties it; a
+    change made by another server process takes effect within `ttl_s`."""
+
+    def __init__(self, clock: Clock, ttl_ms: int = 5_000, size: int = 10_000):
+        self.clock, self.ttl_ms, self.size = clock, ttl_ms, size
+        self._found: dict[str, tuple[Principal | None, int]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[bool, Principal | None]:
+        with self._lock:
+            hit = self._found.get(key)
+        if hit is None or hit[1] <= self.clock.now_ms():
+            return False, None
+        return True, hit[0]
+
+    def put(self, key: str, principal: Principal | None) -> None:
+        with self._lock:
+            if len(self._found) >= self.size:
+                self._found.clear()
+            self._found[key] = (principal, self.clock.now_ms() + self.ttl_ms)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._found.clear()
+
+
+class _AskTheDatabase(Exception):
+    """The cache does not know the credentials: resolve again on a worker thread."""
+
+
+def _lookup(request: Request, key: str, find: Callable[[], Principal | None], ask_db: bool) -> Principal | None:
+    cache: PrincipalCache = request.app.state.principal_cache
+    known, principal = cache.get(key)
+    if not known:
+        if not ask_db:
+            raise _AskTheDatabase
+        principal = find()
+        cache.put(key, principal)
+    return principal
+
+
+def _resolve(request: Request, ask_db: bool = True) -> Principal:
     app_state = request.app.state
     settings = app_state.settings
     authorization = request.headers.get("authorization")
     if authorization is not None:
         if not authorization[: len(_BEARER)].lower() == _BEARER:
             raise AuthenticationError("the Authorization header takes an API token: 'Bearer <token>'")
-        principal = accounts.token_principal(app_state.sessions, app_state.clock, authorization[len(_BEARER):].strip())
+        token = authorization[len(_BEARER):].strip()
+        principal = _lookup(request, "t:" + token,
+                            lambda: accounts.token_principal(app_state.sessions, app_state.clock, token), ask_db)
         if principal is None:
             raise AuthenticationError("the API token is unknown, revoked or expired")
         return principal
     session_id = request.session.get(SESSION_KEY) if "session" in request.scope else None
     if session_id:
-        principal = accounts.session_principal(app_state.sessions, app_state.clock, session_id)
+        principal = _lookup(request, "s:" + session_id,
+                            lambda: accounts.session_principal(app_state.sessions, app_state.clock, session_id),
+                            ask_db)
         if principal is not None:
             return principal
         request.session.clear()  # ended, expired or its user disabled: the cookie goes
@@ -47,10 +96,14 @@ def _resolve(request: Request) -> Principal:
 
 
 async def current_principal(request: Request) -> Principal:
-    """The request's principal, resolved once per request."""
+    """The request's principal, resolved once per request (in the event loop when the cache
+    knows the credentials, else on a worker thread: the database is asked)."""
     cached = getattr(request.state, "principal", None)
     if cached is None:
-        cached = await run_in_threadpool(_resolve, request)
+        try:
+            cached = _resolve(request, ask_db=False)
+        except _AskTheDatabase:
+            cached = await run_in_threadpool(_resolve, request)
         request.state.principal = cached
     return cached
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 from starlette.concurrency import run_in_threadpool
 
 from app.deps import ClockDep, SessionsDep
@@ -41,11 +41,12 @@ async def add_user(body: UserCreate, sessions: SessionsDep, clock: ClockDep, act
 
 
 @router.patch("/api/users/{name}", response_model=UserResponse, responses=error_responses(400, 404, 422))
-async def update_user(name: str, body: UserUpdate, sessions: SessionsDep, clock: ClockDep,
+async def update_user(name: str, body: UserUpdate, request: Request, sessions: SessionsDep, clock: ClockDep,
                       actor: Admin) -> UserResponse:
     """Change a user's role or password, or disable the user (their sessions end at once)."""
     user = await run_in_threadpool(lambda: accounts.update_user(sessions, clock, name, actor=actor, role=body.role,
                                                                 password=body.password, disabled=body.disabled))
+    request.app.state.principal_cache.clear()  # a new role, or a user disabled: at once
     return UserResponse(user=UserOut(**asdict(user)))
 
 
@@ -65,7 +66,9 @@ def create_token(body: TokenCreate, sessions: SessionsDep, clock: ClockDep, acto
 
 
 @router.delete("/api/tokens/{token_id}", response_model=TokenResponse, responses=error_responses(404, 422))
-def revoke_token(token_id: int = Path(ge=1, le=2**31), *, sessions: SessionsDep, clock: ClockDep,
+def revoke_token(request: Request, token_id: int = Path(ge=1, le=2**31), *, sessions: SessionsDep, clock: ClockDep,
                  actor: Admin) -> TokenResponse:
     """Revoke a token: it is refused from now on (kept in the list, with when)."""
-    return TokenResponse(token=TokenOut(**asdict(accounts.revoke_token(sessions, clock, token_id, actor=actor))))
+    revoked = accounts.revoke_token(sessions, clock, token_id, actor=actor)
+    request.app.state.principal_cache.clear()
+    return TokenResponse(token=TokenOut(**asdict(revoked)))

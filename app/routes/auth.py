@@ -69,6 +69,7 @@ async def logout(request: Request, sessions: SessionsDep) -> Response:
     session_id = request.session.get(SESSION_KEY)
     if session_id:
         await run_in_threadpool(accounts.end_session, sessions, session_id)
+        request.app.state.principal_cache.clear()
     request.session.clear()
     return RedirectResponse("/login", status_code=303)
 
