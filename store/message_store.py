@@ -668,6 +668,22 @@ class MessageStore:
                 self.offsets.commit(topic, group, queue_id, offset)
                 self.pop.reset_offset(group, topic, queue_id, offset)
 
+    def receive_status(self, group: str | None = None) -> list[dict]:
+        """Per group and topic received by pop (of one group, or all): messages handed out now, and
+        failed ones waiting for their next attempt, with the soonest."""
+        with self._lock:
+            rows = []
+            for sub in self.pop.state:
+                if group is not None and sub.group != group:
+                    continue
+                waiting = [e.due_ms for e in sub.entries.values() if not e.handed_out and e.attempt > 0]
+                in_flight = sum(1 for e in sub.entries.values() if e.handed_out)
+                if waiting or in_flight:
+                    rows.append({"group": sub.group, "topic": sub.topic, "in_flight": in_flight,
+                                 "retries_waiting": len(waiting),
+                                 "next_retry_ms": min(waiting) if waiting else None})
+            return sorted(rows, key=lambda r: (r["group"], r["topic"]))
+
     def new_unique_key(self) -> str:
         """A fresh unique key in RocketMQ's client form, as a producer would make."""
         return self._builder.unique_keys.create()

@@ -167,6 +167,7 @@ def group_detail(store: MessageStore, group: str, now_ms: int) -> dict:
         "lag": sum(r.lag for r in queue_lags),
         "retry": retry_topic_status(group, offsets, bounds),
         "retry_backlog": backlog,
+        "receive_retries": store.receive_status(group),
         "retry_scan_limit": RETRY_SCAN_LIMIT,
         "dead_letters": dead_letters(store, group, bounds, now_ms),
     }

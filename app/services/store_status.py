@@ -19,7 +19,8 @@ class StoreStatus:
     commitlog_segments: int
     dispatch_lag_bytes: int
     dlq_messages: int
-    delayed_messages: int  # waiting in SCHEDULE_TOPIC_XXXX, every level
+    delayed_messages: int  # waiting in SCHEDULE_TOPIC_XXXX (every level) and in the timer
+    receive_retries: int  # failed receives (pop) waiting for their next attempt, every group
     topics: int
     groups: int
     messages_put: int  # since the store was opened
@@ -55,7 +56,8 @@ def store_status(store: MessageStore) -> StoreStatus:
         commitlog_segments=store.commitlog.segment_count,
         dispatch_lag_bytes=store.dispatch_lag_bytes(),
         dlq_messages=dlq_messages(bounds),
-        delayed_messages=sum(store.scheduler.pending().values()),
+        delayed_messages=sum(store.scheduler.pending().values()) + store.timer.pending(),
+        receive_retries=sum(row["retries_waiting"] for row in store.receive_status()),
         topics=len(topic_names),
         groups=len(group_status.known_groups(store, bounds)),
         messages_put=counts.put,

@@ -56,13 +56,28 @@ async def test_numbers_and_rates_move_with_traffic(api, clock):
     assert quiet["rates"]["put_per_s"] == 0.0 and quiet["rates"]["over_ms"] == 10_000
 
 
-async def test_dead_letters_and_delayed_messages_are_counted(api):
+async def test_dead_letters_and_delayed_messages_are_counted(api, clock):
     results = await produce(api, 3)
     api.store.send_back(results[0]["phys_offset"], "GID_a", delay_level=-1)
     api.store.send_back(results[1]["phys_offset"], "GID_b", delay_level=-1)
     api.store.send_back(results[2]["phys_offset"], "GID_b", delay_level=3)
     status = (await dashboard(api))["status"]
     assert status["dlq_messages"] == 2 and status["delayed_messages"] == 1 and status["groups"] == 2
+    await api.client.post("/api/topics/Later/messages", json={"body": "x", "deliver_at_ms": clock.now_ms() + 3_600_000})
+    assert (await dashboard(api))["status"]["delayed_messages"] == 2  # the timer's count too
+
+
+async def test_failed_receives_waiting_for_a_retry_are_counted(api, clock):
+    await produce(api, 2)
+    got = (await api.client.post("/api/groups/GID_pop/receive", json={"topic": TOPIC, "max": 2})).json()
+    await api.client.post("/api/groups/GID_pop/nack", json={"receipt_handle": got["messages"][0]["receipt_handle"]})
+    assert (await dashboard(api))["status"]["receive_retries"] == 1
+    group = (await api.client.get("/groups/GID_pop.json")).json()["group"]
+    [row] = group["receive_retries"]
+    assert (row["topic"], row["in_flight"], row["retries_waiting"]) == (TOPIC, 1, 1)
+    assert row["next_retry_ms"] > clock.now_ms()
+    page = await api.client.get("/groups/GID_pop", headers=HTML)
+    assert 'data-testid="receive-retries"' in page.text
 
 
 async def test_the_page_refreshes_its_cards_and_htmx_gets_only_them(api):
