@@ -352,6 +352,21 @@ class ResendResponse(BaseModel):
     replayed: bool = Field(description="True: an earlier request with the same Idempotency-Key did the resend.")
 
 
+class ResendEdit(Strict):
+    """An operator's changes before a resend (one dead letter; the operator role)."""
+
+    body: str | None = Field(None, max_length=4 * 1024 * 1024, description="A new body as text (UTF-8).")
+    body_base64: str | None = Field(None, max_length=6 * 1024 * 1024, description="A new body as base64.")
+    properties: dict[Annotated[str, Field(max_length=127)], Annotated[str, Field(max_length=32_767)] | None] = Field(
+        default_factory=dict, max_length=64, description="User properties to set; null removes one.")
+
+    @model_validator(mode="after")
+    def _one_body(self) -> ResendEdit:
+        if self.body is not None and self.body_base64 is not None:
+            raise ValueError("give at most one of 'body' and 'body_base64'")
+        return self
+
+
 class DlqResendRequest(Strict):
     message_ids: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
         min_length=1, max_length=1000, description="Dead letters by offset message id or unique key.")
@@ -359,6 +374,8 @@ class DlqResendRequest(Strict):
     dry_run: bool = Field(False, description="Only say what would be resent where; nothing is sent or recorded.")
     reason: Reason = None
     force: bool = Field(False, description="Also resend dead letters that were resent already (needs a reason).")
+    edit: ResendEdit | None = Field(None, description="Change the body or properties first (one dead letter, "
+                                    "operator role); the changes are in the answer and the audit log.")
 
 
 class ResendResultOut(BaseModel):
@@ -377,6 +394,7 @@ class DlqResendResponse(BaseModel):
     dry_run: bool
     replayed: bool
     results: list[ResendResultOut]
+    edit: dict | None = Field(None, description="What the edit changes: properties before and after, a body diff.")
 
 
 # -- configuration -----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import numpy as np
 from store import ids, topics
 from store.checkpoint import Checkpoint
 from store.clock import Clock, SystemClock
-from store.codec import StoredMessage
+from store.codec import COMPRESSED_FLAG, StoredMessage
 from store.commitlog import CommitLog, RecoveryResult
 from store.consume_queue import ConsumeQueues
 from store.dedupe import DEFAULT_WINDOW_MS, RecentUniqueKeys
@@ -626,11 +626,14 @@ class MessageStore:
             return result, route
 
     def resend_dead_letter(self, phys_offset: int, actor: str | None = None, *, topic: str | None = None,
-                           marks: dict[str, str] | None = None, unique_key: str | None = None) -> PutResult:
+                           marks: dict[str, str] | None = None, unique_key: str | None = None,
+                           body: bytes | None = None, property_changes: dict[str, str | None] | None = None
+                           ) -> PutResult:
         """Put a dead letter back as a fresh delivery (reconsume times 0, same body, keys, tags
         and unique key) on `topic`: by default the topic it was consumed from (every group), or
         a retry topic of its group (that group only). `marks` join its properties (what tells
-        which action made it); `unique_key` is given to a dead letter that has none."""
+        which action made it); `unique_key` is given to a dead letter that has none. An operator
+        may give another `body` and `property_changes` (None removes a property)."""
         with self._writing():
             dead = self.read(phys_offset)
             if not topics.is_dlq_topic(dead.topic):
@@ -648,8 +651,15 @@ class MessageStore:
                 kept[topics.RETRY_TOPIC] = origin  # consumers of a retry topic learn the message's own topic
             if unique_key and not dead.unique_key:
                 kept[topics.UNIQ_KEY] = unique_key
+            for name, value in (property_changes or {}).items():
+                if value is None:
+                    kept.pop(name, None)
+                else:
+                    kept[name] = value
             kept.update(marks or {})
             kept[topics.CLUSTER] = self.config.cluster
+            if body is not None:  # the new body is stored as given, uncompressed
+                dead = replace(dead, stored_body=body, sys_flag=dead.sys_flag & ~COMPRESSED_FLAG)
             form = self.metadata.topic_for_send(target)
             now = self.clock.now_ms()
             queue_id = dead.queue_offset % form.queues

@@ -24,6 +24,7 @@ from store import topics
 router = APIRouter(include_in_schema=False)
 
 PAGE_SIZE = 50
+EDIT_BODY_MAX = 1024 * 1024
 FormText = Annotated[str | None, Form(max_length=255)]
 
 
@@ -98,6 +99,22 @@ def _destination(choice: str, topic: str | None) -> object:
     return choice
 
 
+def _property_changes(dead, text: str) -> dict[str, str | None]:
+    """The edited "name=value" lines against the dead letter's user properties: set, changed, removed."""
+    wanted: dict[str, str] = {}
+    for number, line in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
+        if not line.strip():
+            continue
+        name, sep, value = line.partition("=")
+        if not sep or not name.strip():
+            raise InvalidRequestError(f"property line {number} is not name=value")
+        wanted[name.strip()] = value
+    current = resend_service.user_properties(dead)
+    changes: dict[str, str | None] = {name: None for name in current if name not in wanted}
+    changes.update({name: value for name, value in wanted.items() if current.get(name) != value})
+    return changes
+
+
 def _sentence(count: int, group: str, destination: object, routes: set[str]) -> str:
     what = f"{count} message{'' if count == 1 else 's'}"
     them = "it" if count == 1 else "them"
@@ -119,9 +136,19 @@ def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: Cloc
            all_matching: Annotated[bool, Form()] = False,
            idempotency_key: Annotated[str | None, Form(max_length=255)] = None,
            begin: FormText = None, end: FormText = None, key: FormText = None, tag: FormText = None,
-           reason_filter: FormText = None, state: FormText = None):
-    """Without `confirm`: what would happen (a dry run), with a button to do it. With it: the resend."""
+           reason_filter: FormText = None, state: FormText = None, edit: Annotated[bool, Form()] = False,
+           edit_body: Annotated[str | None, Form(max_length=EDIT_BODY_MAX)] = None,
+           edit_properties: Annotated[str | None, Form(max_length=65_536)] = None):
+    """Without `confirm`: what would happen (a dry run), with a button to do it. With it: the resend.
+    With `edit` (the operator's form on a dead letter's page): its body and properties changed first."""
     chosen = _destination(destination, topic)
+    changes = None
+    if edit:
+        if not message_id or len(message_id) != 1:
+            raise InvalidRequestError("edit one dead letter at a time")
+        dead = resend_service.find_dead_letter(store, group, message_id[0])
+        changes = resend_service.Edit(None if edit_body is None else edit_body.replace("\r\n", "\n").encode("utf-8"),
+                                      _property_changes(dead, edit_properties or ""))
     settings = request.app.state.settings
     if all_matching:
         wanted = _filter(begin, end, key, tag, reason_filter, state)
@@ -136,15 +163,18 @@ def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: Cloc
     back = f"/groups/{group}/dead-letters"
     if not confirm:
         plan = resend_service.resend(store, sessions, clock, group, ids, actor=actor, destination=chosen,
-                                     dry_run=True, reason=reason, force=force, limit=settings.resend_limit)
+                                     dry_run=True, reason=reason, force=force, limit=settings.resend_limit,
+                                     edit=changes)
         going = [r for r in plan.results if r.status == "would_resend"]
         data = {"nav": "dead_letters", "group": group, "results": plan.results,
                 "sentence": _sentence(len(going), group, chosen, {r.destination for r in going if r.destination}),
                 "ids": [r.dead_letter_id for r in going], "destination": destination, "topic": topic or "",
-                "reason": reason or "", "force": force, "click_key": secrets.token_urlsafe(16), "back_url": back}
+                "reason": reason or "", "force": force, "click_key": secrets.token_urlsafe(16), "back_url": back,
+                "edit": {"on": edit, "body": edit_body, "properties": edit_properties or "", "diff": plan.diff}}
         return renderer.page(request, "dead_letters/confirm.html", data)
     done = resend_service.resend(store, sessions, clock, group, ids, actor=actor, destination=chosen, reason=reason,
-                                 force=force, idempotency_key=idempotency_key or None, limit=settings.resend_limit)
+                                 force=force, idempotency_key=idempotency_key or None, limit=settings.resend_limit,
+                                 edit=changes)
     ok = [r for r in done.results if r.status == "ok"]
     data = {"nav": "dead_letters", "group": group, "results": done.results, "action_id": done.action_id,
             "replayed": done.replayed, "back_url": back,

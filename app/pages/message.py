@@ -92,7 +92,13 @@ def dead_letter_data(store: MessageStore, sessions: sessionmaker[Session], msg: 
     last = None if item is None else {"at_ms": item.at_ms, "actor": item.actor, "status": item.status,
                                       "new_offset_msg_id": item.new_offset_msg_id, "destination": item.destination,
                                       "copy_state": dead_letters.copy_state(store, group, item.new_offset_msg_id)}
-    return {"group": group, "route": route, "last_resend": last, "click_key": secrets.token_urlsafe(16)}
+    editable = "\n".join(f"{k}={v}" for k, v in resend_service.user_properties(msg).items())
+    try:
+        body_text = msg.body.decode("utf-8")
+    except UnicodeDecodeError:
+        body_text = None
+    return {"group": group, "route": route, "last_resend": last, "click_key": secrets.token_urlsafe(16),
+            "editable_properties": editable, "body_text": body_text}
 
 
 def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[StoredMessage], bool],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import asdict
 from typing import Annotated
 
@@ -13,6 +15,7 @@ from app.schemas import (
     DlqResendRequest,
     DlqResendResponse,
     PutResultOut,
+    ResendEdit,
     ResendResponse,
     ResendResultOut,
     SingleResendRequest,
@@ -69,6 +72,20 @@ def resend_many(group: str, body: DlqResendRequest, request: Request, store: Sto
     done = service.resend(store, sessions, clock, group, body.message_ids, actor=actor,
                           destination=_destination(body.destination), dry_run=body.dry_run, reason=body.reason,
                           force=body.force, idempotency_key=idempotency_key,
-                          limit=request.app.state.settings.resend_limit)
+                          limit=request.app.state.settings.resend_limit, edit=_edit(body.edit))
     return DlqResendResponse(action_id=done.action_id, dry_run=body.dry_run, replayed=done.replayed,
-                             results=[ResendResultOut(**asdict(r)) for r in done.results])
+                             results=[ResendResultOut(**asdict(r)) for r in done.results], edit=done.diff)
+
+
+def _edit(edit: ResendEdit | None) -> service.Edit | None:
+    if edit is None:
+        return None
+    body = None
+    if edit.body is not None:
+        body = edit.body.encode("utf-8")
+    elif edit.body_base64 is not None:
+        try:
+            body = base64.b64decode(edit.body_base64, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidRequestError("edit.body_base64 is not valid base64") from None
+    return service.Edit(body, dict(edit.properties))

@@ -13,6 +13,7 @@ and only if its copy exists, and each copy belongs to exactly one item."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from app.models import AuditEntry, ResendItem
 from app.roles import Permission, Principal
 from app.services import audit, lookup
 from app.services.errors import ConflictError, ForbiddenError, InvalidRequestError, NotFoundError
+from app.services.messages import RESERVED_PROPERTIES
 from store import topics
 from store.clock import Clock
 from store.codec import StoredMessage
@@ -81,6 +83,48 @@ class Destination:
         return f"to topic {self.topic}: every group subscribed to it gets it"
 
 
+EDITABLE_PREFIXES_REFUSED = ("DLQ_", "MQLENS_", "__")
+
+
+@dataclass(frozen=True)
+class Edit:
+    """An operator's changes to a dead letter before it is resent."""
+
+    body: bytes | None = None  # None: the body as it is
+    properties: dict[str, str | None] | None = None  # None value: remove the property
+
+
+def editable(name: str) -> bool:
+    """A user property an operator may change (not one the broker sets or reads)."""
+    return (name not in RESERVED_PROPERTIES and not name.startswith(EDITABLE_PREFIXES_REFUSED)
+            and name not in (topics.DLQ_ORIGIN_TOPIC, topics.DLQ_ORIGIN_MESSAGE_ID))
+
+
+def user_properties(msg: StoredMessage) -> dict[str, str]:
+    return {name: value for name, value in msg.properties.items() if editable(name)}
+
+
+def edit_diff(dead: StoredMessage, edit: Edit) -> dict:
+    """What an edit changes, for the confirmation and the audit log."""
+    changes = []
+    for name, value in sorted((edit.properties or {}).items()):
+        if not editable(name) or not name or any(c in name + (value or "") for c in "\x01\x02\n\r"):
+            raise InvalidRequestError(f"property {name[:40]!r} cannot be set here: the broker sets it, or it "
+                                      "holds a separator character")
+        before = dead.properties.get(name)
+        if before != value:
+            changes.append({"name": name, "before": before, "after": value})
+    body = None
+    if edit.body is not None and edit.body != dead.body:
+        try:
+            old, new = dead.body.decode("utf-8"), edit.body.decode("utf-8")
+            lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), "before", "after", lineterm=""))
+            body = {"size_before": len(dead.body), "size_after": len(edit.body), "diff": lines[:400]}
+        except UnicodeDecodeError:
+            body = {"size_before": len(dead.body), "size_after": len(edit.body), "diff": ["(binary body replaced)"]}
+    return {"properties": changes, "body": body}
+
+
 @dataclass(frozen=True)
 class ItemResult:
     message_id: str  # as asked for (an offset message id or a unique key)
@@ -96,6 +140,7 @@ class ResendOutcome:
     action_id: int | None  # None for a dry run
     results: list[ItemResult]
     replayed: bool
+    diff: dict | None = None  # an edit's changes
 
 
 def group_of(dlq_topic: str) -> str:
@@ -144,8 +189,9 @@ def resent_before(sessions: sessionmaker[Session], dead_letter_ids: Iterable[str
 def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, group: str | None,
            message_ids: list[str], *, actor: Principal, destination: object = "group", dry_run: bool = False,
            reason: str | None = None, force: bool = False, idempotency_key: str | None = None,
-           limit: int = MAX_IDS) -> ResendOutcome:
-    """Resend the named dead letters (of `group`, or of the group each belongs to when None)."""
+           limit: int = MAX_IDS, edit: Edit | None = None) -> ResendOutcome:
+    """Resend the named dead letters (of `group`, or of the group each belongs to when None);
+    with `edit`, one dead letter with an operator's changes to its body or properties."""
     if not message_ids:
         raise InvalidRequestError("name at least one dead letter (message_ids)")
     if len(message_ids) > MAX_IDS:
@@ -157,6 +203,12 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
         store.metadata.group(group)  # checks the name
         if store.metadata.topic(topics.dlq_topic(group)) is None:
             raise NotFoundError(f"group {group} has no dead letters (no {topics.dlq_topic(group)} topic)")
+    if edit is not None:
+        if len(message_ids) != 1:
+            raise InvalidRequestError("edit one dead letter at a time")
+        if not actor.can(Permission.REDRIVE):
+            raise ForbiddenError(f"{actor.name} ({actor.role}) may not edit a message before resending it: it "
+                                 "needs the operator or admin role")
     where = Destination.parse(destination)
     reason = audit.checked_reason(reason)
     if force and not reason:
@@ -182,17 +234,18 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
             raise ConflictError(f"{len(earlier)} of these dead letters {'was' if len(earlier) == 1 else 'were'} "
                                 f"resent already ({first.dead_letter_id} by {first.actor}): leave them out, or "
                                 "force with a reason")
+    diff = edit_diff(chosen[0][1], edit) if edit is not None and chosen else None
     if dry_run:
         for message_id, dead, target in chosen:
             results[message_id] = ItemResult(message_id, dead.offset_msg_id, "would_resend", target)
-        return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False)
+        return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False, diff)
     if not chosen:
         return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False)
 
     plan = [(message_id, dead, target, dead.unique_key if dead.unique_key else store.new_unique_key())
             for message_id, dead, target in chosen]
     request = {"group": group, "message_ids": list(dict.fromkeys(message_ids)), "destination": where.as_json(),
-               "force": force}
+               "force": force, "edit": diff}
     target_name = f"dlq:{group}" if group is not None else f"message:{plan[0][1].offset_msg_id}"
 
     def intent(s: Session, entry_id: int) -> dict:
@@ -201,7 +254,7 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
             s.add(ResendItem(action_id=entry_id, dead_letter_id=dead.offset_msg_id, group=group_of(dead.topic),
                              destination=target, lookup_key=key, status=PENDING, at_ms=now, actor=actor.name,
                              claim=None if force else dead.offset_msg_id))
-        return {"action_id": entry_id, "destination": where.as_json(), "count": len(plan),
+        return {"action_id": entry_id, "destination": where.as_json(), "count": len(plan), "edit": diff,
                 "items": [{"dead_letter": dead.offset_msg_id, "to": target} for _, dead, target, _ in plan]}
 
     def act(decided: dict) -> dict:
@@ -212,7 +265,8 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
             marks = {ACTION_PROPERTY: str(action_id), RESENT_FROM_PROPERTY: dead.offset_msg_id}
             try:
                 copy = store.resend_dead_letter(dead.phys_offset, actor.name, topic=target, marks=marks,
-                                                unique_key=key)
+                                                unique_key=key, body=edit.body if edit else None,
+                                                property_changes=edit.properties if edit else None)
                 done[dead.offset_msg_id] = (OK, copy.offset_msg_id, None)
             except StoreError as exc:
                 done[dead.offset_msg_id] = (FAILED, None, str(exc)[:2000])
@@ -243,7 +297,7 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
             results.setdefault(item.dead_letter_id, ItemResult(item.dead_letter_id, item.dead_letter_id, item.status,
                                                                item.destination, item.new_offset_msg_id, item.error))
     ordered = [results[m] for m in dict.fromkeys(message_ids) if m in results]
-    return ResendOutcome(action_id, ordered, performed.replayed)
+    return ResendOutcome(action_id, ordered, performed.replayed, diff)
 
 
 def find_copy(store: MessageStore, item: ResendItem, since_ms: int) -> StoredMessage | None:

@@ -257,3 +257,46 @@ async def test_start_up_settles_from_the_commit_log_one_copy_per_item(api, clock
     assert reconcile_resends(api.store, api.sessions) == []
     # the interrupted one may be resent now, without force
     assert (await api.client.post(URL.format(cut_dead))).status_code == 200
+
+
+async def test_an_operator_edits_the_body_and_properties_before_resending(api):
+    put, dead_id = await dead_letter(api)
+    support = (await api.client.post("/api/tokens", json={"name": "sup", "role": "support"})).json()["value"]
+    edit = {"body": "fixed", "properties": {"region": "eu", "TAGS": None}}
+    r = await api.client.post(BULK, json={"message_ids": [dead_id], "edit": edit}, headers=bearer(support))
+    assert_error(r, 403, "may not edit")
+    r = await api.client.post(BULK, json={"message_ids": [dead_id], "edit": {"properties": {"TAGS": "x"}}})
+    assert_error(r, 400, "cannot be set here")
+    preview = await api.client.post(BULK, json={"message_ids": [dead_id], "dry_run": True,
+                                                "edit": {"body": "fixed", "properties": {"region": "eu"}}})
+    assert preview.json()["edit"]["properties"] == [{"name": "region", "before": None, "after": "eu"}]
+    assert preview.json()["edit"]["body"]["diff"][-2:] == ["-poison", "+fixed"]
+    r = await api.client.post(BULK, json={"message_ids": [dead_id], "reason": "customer fixed the address",
+                                          "edit": {"body": "fixed", "properties": {"region": "eu"}}})
+    assert r.status_code == 200, r.text
+    copy = api.store.get_by_offset_id(r.json()["results"][0]["new_offset_msg_id"])
+    assert copy.body == b"fixed" and copy.properties["region"] == "eu" and copy.unique_key == put["unique_key"]
+    assert copy.keys == ["k-1"] and copy.tags == "T"
+    [entry] = resends(api)
+    assert json.loads(entry.detail)["result"]["edit"]["properties"][0]["after"] == "eu"
+    assert_error(await api.client.post(BULK, json={"message_ids": [dead_id, dead_id + "0"], "edit": {"body": "x"}}),
+                 400, "one dead letter at a time")
+
+
+async def test_the_message_page_edits_and_resends_with_a_diff_first(api):
+    put, dead_id = await dead_letter(api)
+    html = {"Accept": "text/html"}
+    page = await api.client.get(f"/messages/{dead_id}", headers=html)
+    assert 'data-testid="edit-resend"' in page.text
+    form = {"group": GROUP, "message_id": dead_id, "destination": "group", "edit": "true",
+            "edit_body": "poison, fixed", "edit_properties": "region=eu"}
+    confirm = await api.client.post("/dead-letters/resend", data=form, headers=html)
+    assert confirm.status_code == 200 and 'data-testid="edit-diff"' in confirm.text
+    assert "+poison, fixed" in confirm.text and "region" in confirm.text
+    done = await api.client.post("/dead-letters/resend", data={**form, "confirm": "true"}, headers=html)
+    assert done.status_code == 200
+    [copy] = copies_in(api, topics.pop_retry_topic(GROUP, "Orders"), put["unique_key"])
+    assert copy.body == b"poison, fixed" and copy.properties["region"] == "eu"
+    bad = await api.client.post("/dead-letters/resend", data={**form, "edit_properties": "no equals sign"},
+                                headers=html)
+    assert bad.status_code == 400 and "not name=value" in bad.text
