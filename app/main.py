@@ -24,6 +24,7 @@ from app.config import Settings
 from app.db import make_engine, migrate, session_factory
 from app.errors import error_response, install_error_handlers
 from app.headers import SecurityHeadersMiddleware
+from app.pages import admin as admin_page
 from app.pages import audit as audit_page
 from app.pages import config as config_page
 from app.pages import dashboard as dashboard_page
@@ -193,7 +194,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     for module in (health, auth_routes, accounts_routes, dead_letter_routes, messages, topics, groups, config_routes,
                    receive, queue_view, timeline, resend, lookup, docs, metrics_routes, dashboard_page, search_page,
                    message_page, timeline_page, topics_page, groups_page, dead_letters_page, redrive_routes,
-                   redrive_page, config_page, audit_routes, audit_page):
+                   redrive_page, config_page, audit_routes, audit_page,
+                   admin_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
     app.add_middleware(SessionCookieMiddleware)

@@ -74,6 +74,10 @@ MUTATING = [
     Endpoint("PATCH", "/api/users/nobody", ADMIN, {"role": "viewer"}),
     Endpoint("POST", "/api/tokens", ADMIN, {"name": "script", "role": "client"}),
     Endpoint("DELETE", "/api/tokens/999", ADMIN),
+    Endpoint("POST", "/admin/users", ADMIN),
+    Endpoint("POST", "/admin/users/nobody", ADMIN),
+    Endpoint("POST", "/admin/tokens", ADMIN),
+    Endpoint("POST", "/admin/tokens/1/revoke", ADMIN),
 ]
 
 
@@ -398,3 +402,28 @@ def test_serving_beyond_loopback_refuses_anonymous_viewing(tmp_path, capsys, mon
     assert main(["serve", "--data", str(tmp_path), "--host", "0.0.0.0"]) == 2
     assert "anyone on the network" in capsys.readouterr().err
     assert not (tmp_path / "store").exists()
+
+
+async def test_the_admin_page_adds_users_and_makes_tokens_shown_once(api, clock):
+    html = {"Accept": "text/html"}
+    page = await api.client.get("/admin", headers=html)
+    assert page.status_code == 200 and 'data-testid="users"' in page.text and "admin" in page.text
+    r = await api.client.post("/admin/users", data={"name": "pat", "role": "support", "password": "pat-password-1"},
+                              headers=html)
+    assert r.status_code == 303
+    r = await api.client.post("/admin/users/pat", data={"disabled": "true"}, headers=html)
+    assert r.status_code == 303 and next(u for u in (await api.client.get("/api/users")).json()["users"]
+                                         if u["name"] == "pat")["disabled"] is True
+    made = await api.client.post("/admin/tokens", data={"name": "cron", "role": "client", "expires_in_days": "30"},
+                                 headers=html)
+    assert made.status_code == 200 and 'data-testid="new-token"' in made.text
+    value = made.text.split('data-copy="')[1].split('"')[0]
+    assert value.startswith(TOKEN_PREFIX)
+    assert (await api.client.get("/api/me", headers=bearer(value))).json()["name"] == "cron"
+    assert value not in (await api.client.get("/admin", headers=html)).text
+    token_id = next(t["id"] for t in (await api.client.get("/api/tokens")).json()["tokens"] if t["name"] == "cron")
+    assert (await api.client.post(f"/admin/tokens/{token_id}/revoke", headers=html)).status_code == 303
+    assert_error(await api.client.get("/api/me", headers=bearer(value)), 401)
+    bad = await api.client.post("/admin/users", data={"name": "x", "role": "viewer", "password": "short"},
+                                headers=html)
+    assert bad.status_code == 400 and "password" in bad.text
