@@ -460,6 +460,7 @@ class FoundResponse(BaseModel):
                                         "time window): the list is incomplete.")
     searched_topics: list[str] = Field(description="The topics looked in (all of them when none was given).")
     recognised_as: str | None = Field(None, description="What the search box took the query for.")
+    next_cursor: str | None = Field(None, description="GET /api/search only: the cursor of the next page.")
 
 
 # -- accounts ----------------------------------------------------------------------------------

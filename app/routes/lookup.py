@@ -13,6 +13,7 @@ from app.schemas import FoundResponse, MessageResponse, RevealRequest
 from app.security import READ, BodyPolicy, Reader
 from app.services import lookup, reveal
 from app.services.lookup import Found
+from app.services.search import parse_cursor, search_page
 from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MAX_QUERY_RESULTS
 
 router = APIRouter(tags=["finding messages"])
@@ -78,6 +79,12 @@ def by_queue_offset(topic: str, store: StoreDep, show: BodyPolicy, queue_id: Ann
 @router.get("/api/search", dependencies=[READ], response_model=FoundResponse, responses=error_responses(400, 404, 422))
 def search(store: StoreDep, show: BodyPolicy,
            q: Annotated[str, Query(description="An offset message id, a unique key, a key, or topic:queue:offset.")],
-           topic: TopicFilter = None, begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
-    """One search box: recognises what it was given and looks it up."""
-    return _found(lookup.search(store, q, topic, begin, end, max), show)
+           topic: TopicFilter = None, begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX,
+           cursor: Annotated[str | None, Query(max_length=64, description="next_cursor of the page before.")] = None,
+           ) -> dict:
+    """One search box: recognises what it was given and looks it up, newest first, a page of
+    `max` at a time (`next_cursor` leads to the next; null on the last page). An unknown topic is 404."""
+    page = search_page(store, q, topic, begin, end, max, parse_cursor(cursor))
+    return {"ok": True, "messages": [message_dict(m, show(m)) for m in page.messages], "truncated": page.more,
+            "searched_topics": page.searched_topics, "recognised_as": page.recognised_as or None,
+            "next_cursor": page.next_cursor}

@@ -35,6 +35,8 @@ def _check_key(key: str) -> str:
 def _topics_to_search(store: MessageStore, topic: str | None) -> list[str]:
     if topic is not None:
         topics.validate_topic(topic)
+        if store.metadata.topic(topic) is None and topic not in store.topics():
+            raise NotFoundError(f"no topic {topic}")
         return [topic]
     found = set(store.topics()) | {t.name for t in store.metadata.topics()}
     found.discard(topics.TRACE_TOPIC)

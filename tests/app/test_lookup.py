@@ -81,3 +81,23 @@ async def test_the_search_box_recognises_what_it_is_given(api):
 async def test_bad_or_unknown_lookups_are_explained(api, url, status, fragment):
     await produce(api)
     assert_error(await api.client.get(url), status, fragment)
+
+
+async def test_rest_search_pages_with_a_cursor_and_an_unknown_topic_is_404(api, clock):
+    for n in range(5):
+        await put_messages(api, "Paged", {"body": f"m{n}", "keys": ["same-key"]})
+        if n % 2:
+            clock.advance(1)
+    seen, cursor = [], None
+    while True:
+        params = {"q": "same-key", "max": 2, **({"cursor": cursor} if cursor else {})}
+        body = (await api.client.get("/api/search", params=params)).json()
+        seen += [m["body_text"] for m in body["messages"]]
+        cursor = body["next_cursor"]
+        assert body["truncated"] is (cursor is not None)
+        if cursor is None:
+            break
+    assert sorted(seen) == [f"m{n}" for n in range(5)] and len(seen) == 5
+    assert_error(await api.client.get("/api/search", params={"q": "same-key", "topic": "NoSuchTopic"}), 404,
+                 "no topic NoSuchTopic")
+    assert_error(await api.client.get("/api/search", params={"q": "same-key", "cursor": "bad"}), 400, "cursor")

@@ -84,6 +84,11 @@ async def test_resend_goes_back_to_the_failed_group_only_with_an_audit_entry(api
     assert again["offset_msg_id"] == copy.offset_msg_id and again["delivery_attempt"] == 1
     r = await api.client.post(f"/api/groups/{GROUP}/ack", json={"receipt_handle": again["receipt_handle"]})
     assert r.status_code == 200
+    # the timeline follows the copy; its verdict counts the copy's attempts, not the first run's
+    timeline = (await api.client.get(f"/messages/{put['unique_key']}/timeline.json")).json()
+    assert [h["kind"] for h in timeline["hops"]][-3:] == ["resent", "delivered", "consumed"]
+    [verdict] = [v for v in timeline["verdicts"] if v["group"] == GROUP]
+    assert (verdict["state"], verdict["attempts"]) == ("consumed", 1)
 
 
 async def test_a_push_group_gets_it_through_its_retry_topic(api):
