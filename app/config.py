@@ -51,6 +51,7 @@ class Settings(BaseSettings):
     secure_cookies: bool = False  # mark the session cookie Secure (serve behind HTTPS)
     failed_logins_per_minute: int = Field(5, ge=1)  # per user name; ten times as many per client address
     resend_limit: int = Field(100, ge=1)  # dead letters one support action may resend
+    max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # a larger request body is refused (413)
 
     @field_validator("database_url")
     @classmethod

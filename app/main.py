@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import Scope
 
+from app.body_limit import BodyLimitMiddleware
 from app.config import Settings
 from app.db import make_engine, migrate, session_factory
 from app.errors import error_response, install_error_handlers
@@ -201,6 +202,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.add_middleware(SessionCookieMiddleware)
     app.add_middleware(CrossOriginGuardMiddleware, refuse=_refuse_cross_origin)
     app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes, refuse=_refuse_large_body)
     app.add_middleware(JsonTwinMiddleware)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.host_names())
     return app
@@ -208,3 +210,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
 
 def _refuse_cross_origin(scope: Scope, message: str) -> Response:
     return error_response(Request(scope), 403, message)
+
+
+def _refuse_large_body(scope: Scope, message: str) -> Response:
+    return error_response(Request(scope), 413, message)

@@ -427,3 +427,21 @@ async def test_the_admin_page_adds_users_and_makes_tokens_shown_once(api, clock)
     bad = await api.client.post("/admin/users", data={"name": "x", "role": "viewer", "password": "short"},
                                 headers=html)
     assert bad.status_code == 400 and "password" in bad.text
+
+
+async def test_a_request_body_over_the_limit_is_refused_before_it_is_read(data_dir, clock):
+    async with running(make_settings(data_dir, max_request_bytes=4096), clock) as api:
+        big = {"body": "x" * 5000}
+        assert_error(await api.client.post("/api/topics/Orders/messages", json=big), 413, "larger than 4096 bytes")
+
+        async def chunks():
+            for _ in range(10):
+                yield b"x" * 1000
+
+        r = await api.client.post("/api/topics/Orders/messages", content=chunks(),
+                                  headers={"content-type": "application/json"})
+        assert_error(r, 413, "larger than 4096")
+        assert (await api.client.post("/api/topics/Orders/messages", json={"body": "small"})).status_code == 200
+        assert_error(await api.client.post("/api/topics/Orders/messages", content=b"{}",
+                                           headers={"content-length": "nope", "content-type": "application/json"}),
+                     413)

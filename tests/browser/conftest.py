@@ -49,9 +49,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 def expected_noise(error: str) -> bool:
-    """Console lines that are no defect of a page: a 4xx answer, a request a test made fail, htmx telling of it."""
-    return "status of 4" in error or "net::ERR_FAILED" in error or error.startswith(("htmx:sendError",
-                                                                                     "htmx:afterRequest"))
+    """Console lines that are no defect of a page: a 4xx answer, a request a test made fail, htmx
+    telling of it, the browser blocking a hostile test page's request."""
+    return ("status of 4" in error or "net::ERR_FAILED" in error or "blocked by CORS policy" in error
+            or error in ("Failed to fetch", "TypeError: Failed to fetch")
+            or error.startswith(("htmx:sendError", "htmx:afterRequest")))
 
 
 def sign_in(page, name: str, password: str) -> None:

@@ -139,3 +139,34 @@ def test_the_dashboard_says_when_the_server_stops_answering(page):
     expect(banner).to_contain_text("the figures below are stale")
     page.unroute("**/dashboard")
     expect(banner).to_have_text("", timeout=30_000)  # answers again: the notice goes
+
+
+HOSTILE = """<!doctype html><html><body>
+<form id="f" method="post" action="{base}/config/delay-levels">
+  <input name="levels" value="1s"><input name="expected_version" value="{version}">
+  <input name="allow_dropped_levels" value="true"></form>
+<script>
+  fetch("{base}/config/delay-levels", {{method: "POST", mode: "no-cors", credentials: "include",
+    headers: {{"content-type": "application/x-www-form-urlencoded"}},
+    body: "levels=2s&expected_version={version}&allow_dropped_levels=true"}});
+  navigator.sendBeacon("{base}/config/delay-levels",
+    new Blob(["levels=3s&expected_version={version}"], {{type: "application/x-www-form-urlencoded"}}));
+  setTimeout(() => document.getElementById("f").submit(), 300);
+</script></body></html>"""
+
+
+def test_a_hostile_page_cannot_change_anything_for_a_signed_in_admin(page, server, api):
+    before = api.get("/api/config/delay-levels").json()
+    audit_before = len(api.get("/api/audit", params={"action": "set_delay_levels"}).json()["entries"])
+    evil = "http://127.0.0.1:1/evil"  # another port of the same host: same-site, so the session cookie goes along
+    page.route(evil, lambda route: route.fulfill(content_type="text/html", body=HOSTILE.format(
+        base=server.base_url, version=before["version"])))
+    statuses: list[int] = []
+    page.on("response", lambda r: statuses.append(r.status) if r.url.endswith("/config/delay-levels") else None)
+    page.goto(evil)
+    expect(page.locator(".error")).to_contain_text("refused", timeout=30_000)  # the form lands on a 403 page
+    # The form and the beacon reach the server and are refused; Chromium may stop the no-cors fetch
+    # itself (private network access), and the server refuses it too (tests/app/test_access.py).
+    assert statuses and set(statuses) == {403}, statuses
+    assert api.get("/api/config/delay-levels").json() == before
+    assert len(api.get("/api/audit", params={"action": "set_delay_levels"}).json()["entries"]) == audit_before
