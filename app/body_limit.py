@@ -22,10 +22,9 @@ class BodyLimitMiddleware:
             return
         message = f"the request body is larger than {self.max_bytes} bytes"
         for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                if not value.isdigit() or int(value) > self.max_bytes:
-                    await self.refuse(scope, message)(scope, receive, send)
-                    return
+            if name == b"content-length" and (not value.isdigit() or int(value) > self.max_bytes):
+                await self.refuse(scope, message)(scope, receive, send)
+                return
         seen = 0
         started = False
 
