@@ -13,6 +13,7 @@ import typer
 
 from app.presenters import message_dict
 from app.services.errors import ServiceError
+from pipeline import cli as pipeline_cli
 from store.errors import StoreError
 from store.geometry import (
     DEFAULT_COMMITLOG_FILE_SIZE,
@@ -31,6 +32,7 @@ store_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Write
 app.add_typer(store_app, name="store")
 db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The operator database (SQLite).")
 app.add_typer(db_app, name="db")
+app.add_typer(pipeline_cli.app, name="pipeline")
 users_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The console's users.")
 app.add_typer(users_app, name="users")
 

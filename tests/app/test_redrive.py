@@ -101,7 +101,7 @@ async def test_pause_resume_cancel(api):
 
 async def test_a_job_pauses_itself_when_its_copies_come_back_dead(api):
     await dead_letters(api, 60)
-    job = (await api.client.post(JOBS, json={"group": GROUP, "rate_per_s": 40, "max_dead_share": 0.3})).json()["job"]
+    job = (await api.client.post(JOBS, json={"group": GROUP, "rate_per_s": 10, "max_dead_share": 0.3})).json()["job"]
     deadline = time.monotonic() + DEADLINE_S
     while (await api.client.get(f"{JOBS}/{job['id']}")).json()["job"]["state"] == "running":
         for m in await receive(api, GROUP):  # the consumer still fails every one of them

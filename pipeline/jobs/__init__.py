@@ -1,0 +1,1 @@
+"""Pipeline jobs: each a pure DataFrame transform plus a small `main`."""

@@ -1,0 +1,109 @@
+"""Commit log records as rows: one fixed Arrow schema, and segment files walked record by record
+with the store's own decoder."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from store import codec, topics
+from store.errors import CorruptRecordError
+from store.layouts import BLANK, MAGIC_BLANK
+from store.paths import is_offset_name
+
+# The DDL Spark is given and the Arrow schema every batch is built with: the two must match exactly.
+SCHEMA_DDL = (
+    "phys_offset BIGINT, size INT, offset_msg_id STRING, unique_key STRING, topic STRING, queue_id INT, "
+    "queue_offset BIGINT, flag INT, sys_flag INT, born_timestamp BIGINT, born_host STRING, "
+    "store_timestamp BIGINT, store_host STRING, reconsume_times INT, tags STRING, keys ARRAY<STRING>, "
+    "properties MAP<STRING, STRING>, body BINARY, copy_kind STRING, original_id STRING"
+)
+ARROW_SCHEMA = pa.schema([
+    ("phys_offset", pa.int64()), ("size", pa.int32()), ("offset_msg_id", pa.string()),
+    ("unique_key", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()),
+    ("queue_offset", pa.int64()), ("flag", pa.int32()), ("sys_flag", pa.int32()),
+    ("born_timestamp", pa.int64()), ("born_host", pa.string()), ("store_timestamp", pa.int64()),
+    ("store_host", pa.string()), ("reconsume_times", pa.int32()), ("tags", pa.string()),
+    ("keys", pa.list_(pa.string())), ("properties", pa.map_(pa.string(), pa.string())), ("body", pa.binary()),
+    ("copy_kind", pa.string()), ("original_id", pa.string()),
+])
+BATCH_ROWS = 8192
+
+
+def original_id(msg: codec.StoredMessage) -> str:
+    """The id of the message a copy was made from: its ORIGIN_MESSAGE_ID, DLQ_ORIGIN_MESSAGE_ID,
+    else its own unique key or offset id (RocketMQ puts either id in those properties)."""
+    props = msg.properties
+    return (props.get(topics.ORIGIN_MESSAGE_ID) or props.get(topics.DLQ_ORIGIN_MESSAGE_ID) or msg.unique_key
+            or msg.offset_msg_id)
+
+
+def row(msg: codec.StoredMessage, with_body: bool) -> dict:
+    return {
+        "phys_offset": msg.phys_offset, "size": msg.size, "offset_msg_id": msg.offset_msg_id,
+        "unique_key": msg.unique_key, "topic": msg.topic, "queue_id": msg.queue_id,
+        "queue_offset": msg.queue_offset, "flag": msg.flag, "sys_flag": msg.sys_flag,
+        "born_timestamp": msg.born_timestamp, "born_host": str(msg.born_host),
+        "store_timestamp": msg.store_timestamp, "store_host": str(msg.store_host),
+        "reconsume_times": msg.reconsume_times, "tags": msg.tags, "keys": msg.keys,
+        "properties": list(msg.properties.items()), "body": msg.body if with_body else None,
+        "copy_kind": topics.message_copy_kind(msg.topic, msg.properties), "original_id": original_id(msg),
+    }
+
+
+def segment_files(store_dir: Path) -> list[Path]:
+    """The commit log segments of a store directory, oldest first."""
+    directory = Path(store_dir) / "commitlog"
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{store_dir} is not a store: it has no commitlog directory")
+    return sorted(p for p in directory.iterdir() if is_offset_name(p.name))
+
+
+@dataclass
+class Skipped:
+    """Corrupt ranges passed over when the reader was asked to skip them."""
+
+    ranges: list[tuple[str, int, str]]
+
+
+def walk_segment(path: Path, skip_corrupt: bool = False, skipped: Skipped | None = None
+                 ) -> Iterator[codec.StoredMessage]:
+    """Every message record of one segment, in order, up to its end-of-file filler or the zeros
+    after the last record written. A corrupt record raises CorruptRecordError naming the file
+    and position, or with `skip_corrupt` ends the segment there, noted in `skipped`."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        pos = 0
+        while pos + BLANK.size <= size:
+            total, magic = BLANK.unpack_from(buf, pos)
+            if magic == MAGIC_BLANK or total == 0:
+                return
+            try:
+                msg = codec.decode(buf, pos, path=str(path), check_crc=True)
+            except CorruptRecordError as exc:
+                if not skip_corrupt:
+                    raise
+                if skipped is not None:
+                    skipped.ranges.append((str(path), pos, str(exc)))
+                return
+            yield msg
+            pos += msg.size
+
+
+def batches(messages: Iterator[codec.StoredMessage], with_body: bool,
+            rows_per_batch: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    pending: list[dict] = []
+    for msg in messages:
+        pending.append(row(msg, with_body))
+        if len(pending) == rows_per_batch:
+            yield pa.RecordBatch.from_pylist(pending, schema=ARROW_SCHEMA)
+            pending = []
+    if pending:
+        yield pa.RecordBatch.from_pylist(pending, schema=ARROW_SCHEMA)

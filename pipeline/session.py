@@ -1,0 +1,47 @@
+"""A Spark session set up for the pipeline: loopback only, the project's interpreter on the
+workers, no UI, and the commit log data source registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+from pipeline.source import CommitLogDataSource
+
+
+def spark_session(master: str = "local[*]", app_name: str = "mqlens-pipeline", shuffle_partitions: int = 8,
+                  extra: dict[str, str] | None = None) -> SparkSession:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+               .config("spark.pyspark.python", sys.executable)
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1"))
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.dataSource.register(CommitLogDataSource)
+    return spark
+
+
+@contextmanager
+def job_session(master: str) -> Iterator[SparkSession]:
+    """A session for one job: the one already running in this process if any (left running),
+    else a new one, stopped afterwards."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.dataSource.register(CommitLogDataSource)
+        yield active
+        return
+    spark = spark_session(master)
+    try:
+        yield spark
+    finally:
+        spark.stop()
