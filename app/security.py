@@ -137,7 +137,6 @@ Reader = Annotated[Principal, require(Permission.READ)]
 Resender = Annotated[Principal, require(Permission.RESEND)]
 Configurer = Annotated[Principal, require(Permission.CONFIGURE)]
 Redriver = Annotated[Principal, require(Permission.REDRIVE)]
-MessagingClient = Annotated[Principal, require(Permission.MESSAGING)]
 Admin = Annotated[Principal, require(Permission.ADMIN)]
 READ = require(Permission.READ)
 

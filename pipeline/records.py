@@ -6,7 +6,6 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -64,18 +63,10 @@ def segment_files(store_dir: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if is_offset_name(p.name))
 
 
-@dataclass
-class Skipped:
-    """Corrupt ranges passed over when the reader was asked to skip them."""
-
-    ranges: list[tuple[str, int, str]]
-
-
-def walk_segment(path: Path, skip_corrupt: bool = False, skipped: Skipped | None = None
-                 ) -> Iterator[codec.StoredMessage]:
+def walk_segment(path: Path, skip_corrupt: bool = False) -> Iterator[codec.StoredMessage]:
     """Every message record of one segment, in order, up to its end-of-file filler or the zeros
     after the last record written. A corrupt record raises CorruptRecordError naming the file
-    and position, or with `skip_corrupt` ends the segment there, noted in `skipped`."""
+    and position, or with `skip_corrupt` ends the segment there."""
     size = os.path.getsize(path)
     if size == 0:
         return
@@ -87,11 +78,9 @@ def walk_segment(path: Path, skip_corrupt: bool = False, skipped: Skipped | None
                 return
             try:
                 msg = codec.decode(buf, pos, path=str(path), check_crc=True)
-            except CorruptRecordError as exc:
+            except CorruptRecordError:
                 if not skip_corrupt:
                     raise
-                if skipped is not None:
-                    skipped.ranges.append((str(path), pos, str(exc)))
                 return
             yield msg
             pos += msg.size

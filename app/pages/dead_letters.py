@@ -19,7 +19,6 @@ from app.services import resend as resend_service
 from app.services.audit import MAX_REASON
 from app.services.dead_letters import MAX_LIMIT, Filter
 from app.services.errors import InvalidRequestError
-from store import topics
 
 router = APIRouter(include_in_schema=False)
 
@@ -28,22 +27,15 @@ EDIT_BODY_MAX = 1024 * 1024
 FormText = Annotated[str | None, Form(max_length=255)]
 
 
-def _filter(begin: str | None, end: str | None, key: str | None, tag: str | None, reason: str | None,
+def inbox_filter(begin: str | None, end: str | None, key: str | None, tag: str | None, reason: str | None,
             state: str | None) -> Filter:
     return Filter(optional_time_ms(begin, "From") or 0, optional_time_ms(end, "To"), (key or "").strip() or None,
                   (tag or "").strip() or None, (reason or "").strip() or None, (state or "").strip() or None)
 
 
-def route_of(store, group: str, original_topic: str | None) -> str:
-    """The retry topic a default resend of the group's dead letter takes (said in the confirmation)."""
-    if original_topic and store.pops(group, original_topic):
-        return topics.pop_retry_topic(group, original_topic)
-    return topics.retry_topic(group)
-
-
 def _inbox_page(request: Request, renderer, store, sessions, clock, group: str | None, begin, end, key, tag,
                 reason, state, cursor, limit):
-    wanted = _filter(begin, end, key, tag, reason, state)
+    wanted = inbox_filter(begin, end, key, tag, reason, state)
     size = optional_int(limit, "Per page", low=1, high=MAX_LIMIT) or PAGE_SIZE
     found = dead_letters.inbox(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted,
                                cursor or None, size)
@@ -53,7 +45,7 @@ def _inbox_page(request: Request, renderer, store, sessions, clock, group: str |
     for m in found.messages:
         row = vars(m).copy()
         row.pop("phys_offset", None)
-        row["route"] = route_of(store, m.group, m.original_topic)
+        row["route"] = resend_service.group_route(store, m.group, m.original_topic)
         rows.append(row)
     data = {
         "nav": "dead_letters", "group": group, "messages": rows, "total": found.total, "counts": found.counts,
@@ -89,7 +81,7 @@ def one_group(group: str, request: Request, store: StoreDep, sessions: SessionsD
                        limit)
 
 
-def _destination(choice: str, topic: str | None) -> object:
+def destination_choice(choice: str, topic: str | None) -> object:
     if choice == "named":
         if not topic or not topic.strip():
             raise InvalidRequestError("name the topic to resend to")
@@ -141,7 +133,7 @@ def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: Cloc
            edit_properties: Annotated[str | None, Form(max_length=65_536)] = None):
     """Without `confirm`: what would happen (a dry run), with a button to do it. With it: the resend.
     With `edit` (the operator's form on a dead letter's page): its body and properties changed first."""
-    chosen = _destination(destination, topic)
+    chosen = destination_choice(destination, topic)
     changes = None
     if edit:
         if not message_id or len(message_id) != 1:
@@ -151,7 +143,7 @@ def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: Cloc
                                       _property_changes(dead, edit_properties or ""))
     settings = request.app.state.settings
     if all_matching:
-        wanted = _filter(begin, end, key, tag, reason_filter, state)
+        wanted = inbox_filter(begin, end, key, tag, reason_filter, state)
         ids = dead_letters.matching_ids(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted)
         if len(ids) > resend_service.MAX_IDS:
             raise InvalidRequestError(f"{len(ids)} dead letters match: at most {resend_service.MAX_IDS} at once "

@@ -11,7 +11,7 @@ from fastapi.responses import RedirectResponse
 
 from app.deps import ClockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
-from app.pages.dead_letters import FormText, _destination, _filter
+from app.pages.dead_letters import FormText, destination_choice, inbox_filter
 from app.pages.params import optional_int
 from app.render import is_htmx
 from app.security import READ, Redriver
@@ -25,11 +25,7 @@ HTMX_STOP_POLLING = 286
 
 
 def _job(view: redrive.JobView) -> dict:
-    data = asdict(view)
-    data["progress"] = view.done_items / view.total if view.total else 1.0
-    data["done_items"] = view.done_items
-    data["report_url"] = f"/api/redrive-jobs/{view.id}/report.csv"
-    return data
+    return {**asdict(view), "progress": view.progress, "done_items": view.done_items, "report_url": view.report_url}
 
 
 @router.get("/redrive-jobs", dependencies=[READ])
@@ -59,10 +55,10 @@ def start_job(request: Request, store: StoreDep, sessions: SessionsDep, clock: C
               dry_run: Annotated[bool, Form()] = True, begin: FormText = None, end: FormText = None,
               key: FormText = None, tag: FormText = None, reason_filter: FormText = None, state: FormText = None):
     """A job over the inbox's filter; planned first (a dry run), so its list can be read before it runs."""
-    wanted = _filter(begin, end, key, tag, reason_filter, state or "waiting")
+    wanted = inbox_filter(begin, end, key, tag, reason_filter, state or "waiting")
     rate = optional_int(rate_per_s, "Rate", low=1, high=redrive.MAX_RATE) or 100
     view = redrive.create_job(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted,
-                              destination=_destination(destination, topic), rate_per_s=rate, dry_run=dry_run,
+                              destination=destination_choice(destination, topic), rate_per_s=rate, dry_run=dry_run,
                               actor=actor, reason=reason)
     return RedirectResponse(f"/redrive-jobs/{view.id}", status_code=303)
 

@@ -77,14 +77,7 @@ def _flat(row: DeadLetter) -> dict:
 
 
 def _all_rows(request: Request, store, sessions, clock, group: str, wanted: Filter) -> Iterator[DeadLetter]:
-    cursor = None
-    while True:
-        page = dead_letters.inbox(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted,
-                                  cursor, MAX_LIMIT)
-        yield from page.messages
-        if page.next_cursor is None:
-            return
-        cursor = page.next_cursor
+    return dead_letters.matching_rows(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted)
 
 
 def _csv_safe(value: object) -> object:

@@ -31,9 +31,7 @@ JobId = Annotated[int, Path(ge=1, le=2**31)]
 
 
 def job_out(view: redrive.JobView) -> RedriveJobOut:
-    data = asdict(view)
-    progress = view.done_items / view.total if view.total else 1.0
-    return RedriveJobOut(**data, progress=round(progress, 4), report_url=f"/api/redrive-jobs/{view.id}/report.csv")
+    return RedriveJobOut(**asdict(view), progress=round(view.progress, 4), report_url=view.report_url)
 
 
 @router.post("/api/redrive-jobs", response_model=RedriveJobResponse, status_code=201,

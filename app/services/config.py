@@ -151,29 +151,20 @@ def reconcile_delay_levels(store: MessageStore, sessions: sessionmaker[Session])
     return done
 
 
-def _label(delay_ms: int) -> str:
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-        if delay_ms % size == 0:
-            return f"{delay_ms // size}{unit}"
-    return f"{delay_ms}ms"
-
-
 def table_changes(before: str | None, after: str) -> list[str]:
     """What changed from one table to the next, level by level."""
-    new = parse_delay_levels(after)
+    new, new_words = parse_delay_levels(after), after.split()  # a word per level, as the table was written
     if before is None:
         return [f"first recorded table: {len(new)} levels"]
-    old = parse_delay_levels(before)
+    old, old_words = parse_delay_levels(before), before.split()
     changes = []
     for level in range(1, max(len(old), len(new)) + 1):
-        was = old[level - 1] if level <= len(old) else None
-        now = new[level - 1] if level <= len(new) else None
-        if was is None and now is not None:
-            changes.append(f"level {level} added: {_label(now)}")
-        elif now is None and was is not None:
-            changes.append(f"level {level} removed (was {_label(was)})")
-        elif was != now and was is not None and now is not None:
-            changes.append(f"level {level}: {_label(was)} -> {_label(now)}")
+        if level > len(old):
+            changes.append(f"level {level} added: {new_words[level - 1]}")
+        elif level > len(new):
+            changes.append(f"level {level} removed (was {old_words[level - 1]})")
+        elif old[level - 1] != new[level - 1]:
+            changes.append(f"level {level}: {old_words[level - 1]} -> {new_words[level - 1]}")
     return changes
 
 
@@ -217,7 +208,8 @@ def preview(store: MessageStore, levels: str, max_reconsume_times: int = DEFAULT
     except ValueError as exc:
         return {"valid": False, "error": str(exc), "levels": [], "schedule": [], "warnings": []}
     in_use = levels_in_use(store)
-    rows = [{"level": n, "delay_ms": delay, "label": _label(delay), "waiting": in_use.get(n, 0)}
+    words = levels.split()
+    rows = [{"level": n, "delay_ms": delay, "label": words[n - 1], "waiting": in_use.get(n, 0)}
             for n, delay in enumerate(delays, start=1)]
     schedule, elapsed = [], 0
     for retry in range(1, max_reconsume_times + 1):
@@ -235,6 +227,6 @@ def preview(store: MessageStore, levels: str, max_reconsume_times: int = DEFAULT
     clamped = [row["retry"] for row in schedule if row["clamped"]]
     if clamped:
         warnings.append(f"retries {clamped[0]} to {clamped[-1]} ask for levels past the table's end and all wait "
-                        f"the last level ({_label(delays[-1])})")
+                        f"the last level ({words[-1]})")
     return {"valid": True, "error": None, "levels": rows, "schedule": schedule, "warnings": warnings,
             "dead_letter_after_ms": elapsed, "max_reconsume_times": max_reconsume_times, "dropped": dropped}

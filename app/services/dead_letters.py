@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -249,6 +250,16 @@ def _row(store: MessageStore, reasons: ReasonCache, msg: StoredMessage, state: s
         expires_at=expiry.at_ms if expiry is not None else None, state=state,
         resent_after=msg.properties.get(RESENT_FROM_PROPERTY), resend=resend, dead_again=dead_again,
         phys_offset=msg.phys_offset)
+
+
+def matching_rows(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, reasons: ReasonCache,
+                  group: str, wanted: Filter) -> Iterator[DeadLetter]:
+    """Every dead letter the filter matches, newest first, from one scan (for the exports)."""
+    now = clock.now_ms()
+    found = _match(store, sessions, now, reasons, group, wanted)
+    for msg, state in found.matching:
+        yield _row(store, reasons, msg, state, found.resends.get(msg.offset_msg_id),
+                   found.dead_again.get(msg.offset_msg_id), now)
 
 
 def matching_ids(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, reasons: ReasonCache,

@@ -75,6 +75,15 @@ class JobView:
     def done_items(self) -> int:
         return sum(self.counts.get(s, 0) for s in (OK, FAILED, SKIPPED))
 
+    @property
+    def progress(self) -> float:
+        """The share of the items done (resent, failed or skipped), 0 to 1."""
+        return self.done_items / self.total if self.total else 1.0
+
+    @property
+    def report_url(self) -> str:
+        return f"/api/redrive-jobs/{self.id}/report.csv"
+
 
 def _counts(session: Session, job_id: int) -> dict[str, int]:
     counts = dict.fromkeys((QUEUED, PENDING, OK, FAILED, SKIPPED), 0)

@@ -73,14 +73,15 @@ class Destination:
         if self.kind == "named":
             assert self.topic is not None
             return self.topic
-        return topics.pop_retry_topic(group, origin) if store.pops(group, origin) else topics.retry_topic(group)
+        return group_route(store, group, origin)
 
-    def describe(self, group: str) -> str:
-        if self.kind == "group":
-            return f"back to group {group} only, through its retry topic"
-        if self.kind == "topic":
-            return "back to the original topic: every group subscribed to it gets it again"
-        return f"to topic {self.topic}: every group subscribed to it gets it"
+
+def group_route(store: MessageStore, group: str, origin: str | None) -> str:
+    """The retry topic a message of `origin` takes back to `group` only: the pop retry topic for
+    a group that receives the topic by pop, else the group's %RETRY% topic."""
+    if origin and store.pops(group, origin):
+        return topics.pop_retry_topic(group, origin)
+    return topics.retry_topic(group)
 
 
 EDITABLE_PREFIXES_REFUSED = ("DLQ_", "MQLENS_", "__")
