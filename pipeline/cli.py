@@ -1,15 +1,20 @@
-"""`mqlens pipeline run JOB --store DIR --out DIR [--master URL]`: a pipeline job from the shell."""
+"""`mqlens pipeline run JOB --store DIR --out DIR [--master URL] [geometry flags]`: a pipeline job
+from the shell, with a progress bar on the terminal and a one-line summary at the end."""
 
 from __future__ import annotations
 
-import time
+import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from pipeline.jobs import JOBS
+from store.geometry import DEFAULT_CQ_FILE_SIZE, DEFAULT_INDEX_ENTRIES, DEFAULT_INDEX_SLOTS, StoreGeometry
+
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="PySpark jobs over a store's files.")
-JOBS = ("trace",)
+EXIT_FAILED = 1
 
 
 @app.command("run")
@@ -19,17 +24,55 @@ def run(
     out: Annotated[Path, typer.Option("--out", help="Where the job writes its output (replaced).")],
     master: Annotated[str, typer.Option("--master", help="Spark master: local[*], local[2], spark://host:7077 ...")]
     = "local[*]",
-    body: Annotated[bool, typer.Option("--body", help="trace: include message bodies.")] = False,
+    cq_file_size: Annotated[int, typer.Option("--cq-file-size", min=20, help="Consume queue file bytes.")]
+    = DEFAULT_CQ_FILE_SIZE,
+    index_slots: Annotated[int, typer.Option("--index-slots", min=1, help="Hash slots per index file.")]
+    = DEFAULT_INDEX_SLOTS,
+    index_entries: Annotated[int, typer.Option("--index-entries", min=2, help="Entries per index file.")]
+    = DEFAULT_INDEX_ENTRIES,
+    commitlog_file_size: Annotated[int | None, typer.Option(
+        "--commitlog-file-size", min=4096, help="Accepted for symmetry with the store commands; segments "
+        "are found by their names.")] = None,
+    delay_levels: Annotated[str | None, typer.Option(
+        "--delay-levels", help="The broker's delay table ('1s 5s 10s ...'); default: the store's own.")] = None,
+    body: Annotated[bool, typer.Option("--body", help="Include message bodies (trace).")] = False,
+    skip_corrupt: Annotated[bool, typer.Option(
+        "--skip-corrupt", help="Skip corrupt ranges of the commit log and report them, instead of failing.")]
+    = False,
+    split_bytes: Annotated[int | None, typer.Option(
+        "--split-bytes", min=4096, help="Read segments larger than this with several tasks (default 256 MiB).")]
+    = None,
+    status: Annotated[Path | None, typer.Option(
+        "--status", help="Keep the job's progress as JSON in this file (replaced atomically).")] = None,
+    progress: Annotated[bool | None, typer.Option(
+        "--progress/--no-progress", help="Draw a progress bar (default: when stderr is a terminal).")] = None,
 ) -> None:
-    """Run a job and print a one-line summary."""
+    """Run a job over a store's files and print a one-line summary."""
     if job not in JOBS:
         raise typer.BadParameter(f"unknown job {job!r}: use one of {', '.join(JOBS)}", param_hint="JOB")
     if not (store / "commitlog").is_dir():
         raise typer.BadParameter(f"{store} is not a store: it has no commitlog directory", param_hint="--store")
-    from pipeline.jobs import trace
+    if out.resolve() == store.resolve() or store.resolve() in out.resolve().parents:
+        raise typer.BadParameter("the output must be outside the store, which is read-only", param_hint="--out")
+    from pipeline.options import SourceOptions
+    from pipeline.run import run_job
     from pipeline.session import job_session
+    from pipeline.status import ProgressBar
 
-    began = time.monotonic()
-    with job_session(master) as spark:
-        rows = trace.main(spark, store, out, with_body=body)
-    print(f"{job}: {rows} records from {store} written to {out} in {time.monotonic() - began:.1f} s")
+    try:
+        geometry = StoreGeometry(commitlog_file_size or StoreGeometry().commitlog_file_size, cq_file_size,
+                                 index_slots, index_entries)
+        source = SourceOptions(store, geometry, delay_levels, body, skip_corrupt, split_bytes)
+        source.delay_table()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    show_bar = sys.stderr.isatty() if progress is None else progress
+    final = run_job(job, source, out, partial(job_session, master), status_path=status,
+                    bar=ProgressBar() if show_bar else None)
+    for skipped in final.skipped:
+        print(f"skipped {skipped['file']} at position {skipped['position']}: {skipped['length']} bytes "
+              f"({skipped['reason']})", file=sys.stderr)
+    if final.state != "succeeded":
+        print(f"{job} failed: {final.error}", file=sys.stderr)
+        raise typer.Exit(EXIT_FAILED)
+    print(final.summary)

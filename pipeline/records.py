@@ -1,19 +1,10 @@
-"""Commit log records as rows: one fixed Arrow schema, and segment files walked record by record
-with the store's own decoder."""
+"""Commit log records as rows of one fixed Arrow schema."""
 
 from __future__ import annotations
-
-import mmap
-import os
-from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow as pa
 
 from store import codec, topics
-from store.errors import CorruptRecordError
-from store.layouts import BLANK, MAGIC_BLANK
-from store.paths import is_offset_name
 
 # The DDL Spark is given and the Arrow schema every batch is built with: the two must match exactly.
 SCHEMA_DDL = (
@@ -53,46 +44,3 @@ def row(msg: codec.StoredMessage, with_body: bool) -> dict:
         "properties": list(msg.properties.items()), "body": msg.body if with_body else None,
         "copy_kind": topics.message_copy_kind(msg.topic, msg.properties), "original_id": original_id(msg),
     }
-
-
-def segment_files(store_dir: Path) -> list[Path]:
-    """The commit log segments of a store directory, oldest first."""
-    directory = Path(store_dir) / "commitlog"
-    if not directory.is_dir():
-        raise FileNotFoundError(f"{store_dir} is not a store: it has no commitlog directory")
-    return sorted(p for p in directory.iterdir() if is_offset_name(p.name))
-
-
-def walk_segment(path: Path, skip_corrupt: bool = False) -> Iterator[codec.StoredMessage]:
-    """Every message record of one segment, in order, up to its end-of-file filler or the zeros
-    after the last record written. A corrupt record raises CorruptRecordError naming the file
-    and position, or with `skip_corrupt` ends the segment there."""
-    size = os.path.getsize(path)
-    if size == 0:
-        return
-    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        pos = 0
-        while pos + BLANK.size <= size:
-            total, magic = BLANK.unpack_from(buf, pos)
-            if magic == MAGIC_BLANK or total == 0:
-                return
-            try:
-                msg = codec.decode(buf, pos, path=str(path), check_crc=True)
-            except CorruptRecordError:
-                if not skip_corrupt:
-                    raise
-                return
-            yield msg
-            pos += msg.size
-
-
-def batches(messages: Iterator[codec.StoredMessage], with_body: bool,
-            rows_per_batch: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    pending: list[dict] = []
-    for msg in messages:
-        pending.append(row(msg, with_body))
-        if len(pending) == rows_per_batch:
-            yield pa.RecordBatch.from_pylist(pending, schema=ARROW_SCHEMA)
-            pending = []
-    if pending:
-        yield pa.RecordBatch.from_pylist(pending, schema=ARROW_SCHEMA)

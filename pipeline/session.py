@@ -21,6 +21,8 @@ def spark_session(master: str = "local[*]", app_name: str = "mqlens-pipeline", s
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+               .config("spark.sql.python.filterPushdown.enabled", "true")
+               .config("spark.sql.session.timeZone", "UTC")
                .config("spark.pyspark.python", sys.executable)
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.driver.host", "127.0.0.1"))

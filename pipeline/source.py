@@ -1,9 +1,14 @@
 """The commit log as a Spark data source: `spark.read.format("rocketmq_commitlog").load(store_dir)`.
 
-One partition per segment file; each task opens its own segment and yields Arrow batches built
-by the store's decoder. Read-only: works on an mqlens store and on a RocketMQ store directory.
-Options: `body` ("true" to include message bodies; default false), `skip_corrupt` ("true" to end
-a segment at a corrupt record instead of failing the task)."""
+One partition per segment file, and a segment larger than `split_bytes` is read by several
+tasks, each starting at a verified record boundary. Each task opens its own file and yields
+Arrow batches built by the store's decoder. Read-only: works on an mqlens store and on a
+RocketMQ store directory, live or not (the newest segment is read up to its last complete
+record). Filters on topic, store time and physical offset are pushed into the scan.
+
+Options: `body` (true/false, default false), `skip_corrupt` (true/false: skip and report corrupt
+ranges instead of failing), `split_bytes` (default 256 MiB), `progress_dir` (a folder where each
+task reports records read, skipped ranges and a torn tail; see pipeline.progress)."""
 
 from __future__ import annotations
 
@@ -11,11 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
 
-from pipeline.records import SCHEMA_DDL, batches, segment_files, walk_segment
+from pipeline.options import FORMAT
+from pipeline.progress import write_task_progress
+from pipeline.records import ARROW_SCHEMA, BATCH_ROWS, SCHEMA_DDL, row
+from pipeline.scan_filter import ScanFilter
+from pipeline.segments import Segment, WalkReport, first_store_timestamp, segment_files, walk
 
-FORMAT = "rocketmq_commitlog"
+DEFAULT_SPLIT_BYTES = 256 * 1024 * 1024
 
 
 def _flag(options: dict, name: str) -> bool:
@@ -25,10 +34,26 @@ def _flag(options: dict, name: str) -> bool:
     return value == "true"
 
 
-class SegmentPartition(InputPartition):
-    def __init__(self, path: str):
-        super().__init__(path)
-        self.path = path
+def _positive(options: dict, name: str, default: int) -> int:
+    text = str(options.get(name, default)).strip()
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError(f"option {name} is a positive number of bytes, not {text!r}")
+    return int(text)
+
+
+class SegmentSplit(InputPartition):
+    """Records whose first byte lies in [start, end) of one segment."""
+
+    def __init__(self, segment: Segment, start: int, end: int, is_tail: bool):
+        super().__init__((str(segment.path), start))
+        self.segment = segment
+        self.start = start
+        self.end = end
+        self.is_tail = is_tail
+
+    @property
+    def name(self) -> str:
+        return f"{self.segment.path.name}-{self.start:020d}"
 
 
 class CommitLogReader(DataSourceReader):
@@ -39,12 +64,58 @@ class CommitLogReader(DataSourceReader):
         self.store_dir = Path(path)
         self.with_body = _flag(options, "body")
         self.skip_corrupt = _flag(options, "skip_corrupt")
+        self.split_bytes = _positive(options, "split_bytes", DEFAULT_SPLIT_BYTES)
+        self.progress_dir = options.get("progress_dir") or None
+        self.filter = ScanFilter()
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 (Spark's name)
+        return self.filter.take(list(filters))
 
     def partitions(self) -> list[InputPartition]:
-        return [SegmentPartition(str(p)) for p in segment_files(self.store_dir)]
+        segments = segment_files(self.store_dir)
+        if self.filter.empty:
+            return []
+        wanted = [s for s in segments if self.filter.phys_offset.overlaps(s.base, s.base + s.size - 1)]
+        wanted = self._within_time(segments, wanted)
+        newest = segments[-1] if segments else None
+        return [SegmentSplit(s, start, min(start + self.split_bytes, s.size), s is newest)
+                for s in wanted for start in range(0, max(s.size, 1), self.split_bytes)]
 
-    def read(self, partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
-        yield from batches(walk_segment(Path(partition.path), self.skip_corrupt), self.with_body)
+    def _within_time(self, segments: list[Segment], wanted: list[Segment]) -> list[Segment]:
+        """Segments whose records may fall in the time range: a segment's records are no older
+        than its first one and older than the next segment's first."""
+        window = self.filter.store_time
+        if window.low == -float("inf") and window.high == float("inf"):
+            return wanted
+        firsts = {s.path: first_store_timestamp(s) for s in segments}
+        following = {a.path: firsts[b.path] for a, b in zip(segments, segments[1:], strict=False)}
+        kept = []
+        for s in wanted:
+            low, high = firsts[s.path], following.get(s.path)
+            if low is None or window.overlaps(low, float("inf") if high is None else high):
+                kept.append(s)
+        return kept
+
+    def read(self, partition: SegmentSplit) -> Iterator[pa.RecordBatch]:
+        report = WalkReport()
+        scan = self.filter
+        pending: list[dict] = []
+        for msg in walk(partition.segment, partition.start, partition.end, skip_corrupt=self.skip_corrupt,
+                        is_tail=partition.is_tail, report=report):
+            if scan.matches(msg.topic, msg.store_timestamp, msg.phys_offset):
+                pending.append(row(msg, self.with_body))
+            if report.records % BATCH_ROWS == 0:
+                self._progress(partition, report, done=False)
+                if pending:
+                    yield pa.RecordBatch.from_pylist(pending, schema=ARROW_SCHEMA)
+                    pending = []
+        self._progress(partition, report, done=True)
+        if pending:
+            yield pa.RecordBatch.from_pylist(pending, schema=ARROW_SCHEMA)
+
+    def _progress(self, partition: SegmentSplit, report: WalkReport, done: bool) -> None:
+        if self.progress_dir:
+            write_task_progress(self.progress_dir, partition.name, report, done)
 
 
 class CommitLogDataSource(DataSource):

@@ -19,6 +19,12 @@ GOLDEN_GEOMETRY_FLAGS = tuple(arg for name, value in dataclasses.asdict(GOLDEN_G
                               for arg in (f"--{name.replace('_', '-')}", str(value)))
 
 
+BROKER_GOLDEN_DIR = GOLDEN_DIR.parent / "rocketmq-4.9.8-broker"
+# The broker's own settings (its README): they are in broker.conf, not in the store.
+BROKER_GEOMETRY = StoreGeometry(commitlog_file_size=65536, cq_file_size=400, index_slots=64, index_entries=256)
+BROKER_DELAY_LEVELS = "1s 1s 2s 2s 3s 3s 4s 4s 5s 5s 6s 6s 7s 7s 8s 8s 9s 9s"
+
+
 def _require_golden() -> Path:
     if not (GOLDEN_DIR / "manifest.json").is_file():
         pytest.skip(f"golden store not found beside the repository ({GOLDEN_DIR})")
@@ -39,6 +45,23 @@ def golden_store_dir(tmp_path: Path) -> Path:
     """A writable copy of the golden store directory."""
     target = tmp_path / "golden-store"
     shutil.copytree(_require_golden() / "store", target)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    return target
+
+
+@pytest.fixture(scope="session")
+def golden_broker_manifest() -> dict:
+    if not (BROKER_GOLDEN_DIR / "manifest.json").is_file():
+        pytest.skip(f"golden broker store not found beside the repository ({BROKER_GOLDEN_DIR})")
+    return json.loads((BROKER_GOLDEN_DIR / "manifest.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def golden_broker_dir(tmp_path: Path, golden_broker_manifest) -> Path:
+    """A writable copy of the store a real RocketMQ broker wrote (open it with BROKER_GEOMETRY)."""
+    target = tmp_path / "golden-broker-store"
+    shutil.copytree(BROKER_GOLDEN_DIR / "store", target)
     for path in [target, *target.rglob("*")]:
         path.chmod(path.stat().st_mode | stat.S_IWUSR)
     return target

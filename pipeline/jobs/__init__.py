@@ -1,1 +1,10 @@
-"""Pipeline jobs: each a pure DataFrame transform plus a small `main`."""
+"""The jobs, by the name `mqlens pipeline run JOB` takes. Each module has
+`main(spark, source: SourceOptions, out: Path) -> dict[str, int]` (the counts its summary names)."""
+
+JOBS = {
+    "projections": "pipeline.jobs.projections",
+    "trace": "pipeline.jobs.trace",
+    "timelines": "pipeline.jobs.timelines",
+    "dlq-report": "pipeline.jobs.dlq_report",
+    "key-index": "pipeline.jobs.key_index",
+}

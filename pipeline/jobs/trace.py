@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
-from pipeline.source import FORMAT
-
-
-def trace_table(spark: SparkSession, store_dir: Path, *, with_body: bool = False) -> DataFrame:
-    return (spark.read.format(FORMAT).option("body", str(with_body).lower()).load(str(store_dir)))
+from pipeline.options import SourceOptions
 
 
-def main(spark: SparkSession, store_dir: Path, out: Path, *, with_body: bool = False) -> int:
-    """Write the table; returns the rows written."""
-    table = trace_table(spark, store_dir, with_body=with_body).cache()
+def main(spark: SparkSession, source: SourceOptions, out: Path) -> dict[str, int]:
+    table = source.read(spark).cache()
     table.write.mode("overwrite").partitionBy("copy_kind").parquet(str(out))
     count = table.count()
     table.unpersist()
-    return count
+    return {"records": count}

@@ -11,6 +11,7 @@ from pyspark.errors import PythonException
 from pyspark.testing import assertDataFrameEqual
 
 from pipeline.jobs import trace
+from pipeline.options import SourceOptions
 from pipeline.records import SCHEMA_DDL
 from store import topics
 from store.clock import FakeClock
@@ -95,7 +96,7 @@ def test_a_generated_store_with_retries_dead_letters_resends_and_trace(spark, ge
 
 def test_the_trace_job_writes_partitioned_parquet(spark, generated_store, tmp_path):
     out = tmp_path / "trace"
-    written = trace.main(spark, generated_store, out)
+    written = trace.main(spark, SourceOptions(generated_store, SMALL), out)["records"]
     back = spark.read.parquet(str(out))
     assert back.count() == written == len(store_messages(generated_store, SMALL))
     assert {p.name for p in out.iterdir() if p.is_dir()} >= {"copy_kind=original", "copy_kind=dead_letter"}
@@ -126,7 +127,7 @@ def test_the_command_line_runs_the_trace_job(spark, golden_store_dir, tmp_path, 
     out = tmp_path / "trace"
     assert main(["pipeline", "run", "trace", "--store", str(golden_store_dir), "--out", str(out),
                  "--master", "local[1]"]) == 0
-    assert f"trace: 61 records from {golden_store_dir} written to {out}" in capsys.readouterr().out
+    assert f"trace: 61 records from {golden_store_dir} written to {out} in " in capsys.readouterr().out
     assert any(out.rglob("*.parquet"))
     assert main(["pipeline", "run", "nope", "--store", str(golden_store_dir), "--out", str(out)]) == 2
     assert "unknown job" in capsys.readouterr().err

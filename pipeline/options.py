@@ -1,0 +1,44 @@
+"""What a job is pointed at: the store directory and how to read it (geometry, delay table,
+bodies, corrupt ranges). Built once by the command line or a test and handed to every job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels, read_delay_levels
+from store.geometry import StoreGeometry
+from store.paths import StorePaths
+
+FORMAT = "rocketmq_commitlog"
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    store_dir: Path
+    geometry: StoreGeometry = field(default_factory=StoreGeometry)
+    delay_levels: str | None = None  # None: the store's own table (config/delayLevels.json), else the default
+    with_body: bool = False
+    skip_corrupt: bool = False
+    split_bytes: int | None = None  # None: the data source's default
+    progress_dir: Path | None = None  # where scan tasks report their progress (pipeline.progress)
+
+    def reader_options(self) -> dict[str, str]:
+        options = {"body": str(self.with_body).lower(), "skip_corrupt": str(self.skip_corrupt).lower()}
+        if self.split_bytes is not None:
+            options["split_bytes"] = str(self.split_bytes)
+        if self.progress_dir is not None:
+            options["progress_dir"] = str(self.progress_dir)
+        return options
+
+    def read(self, spark: SparkSession) -> DataFrame:
+        """The commit log as a DataFrame (the data source's schema)."""
+        return spark.read.format(FORMAT).options(**self.reader_options()).load(str(self.store_dir))
+
+    def delay_table(self) -> DelayLevels:
+        """The delay levels the store's dispatch would use: the given table, else the store's own."""
+        if self.delay_levels is not None:
+            return DelayLevels(self.delay_levels)
+        return read_delay_levels(StorePaths(Path(self.store_dir)).config, DEFAULT_DELAY_LEVELS)
