@@ -357,7 +357,7 @@ def serve(
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)  # click returns an Exit's code instead of raising it
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, StoreError, ServiceError, ValueError, OSError) as exc:
         print(f"mqlens: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return EXIT_USAGE
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 def entry() -> None:

@@ -51,7 +51,7 @@ class Range:
 @dataclass
 class ScanFilter:
     topics: frozenset[str] | None = None  # None: every topic
-    store_time: Range = field(default_factory=Range)
+    store_timestamp: Range = field(default_factory=Range)
     phys_offset: Range = field(default_factory=Range)
 
     def take(self, filters: list[Filter]) -> list[Filter]:
@@ -76,9 +76,9 @@ class ScanFilter:
 
     @property
     def empty(self) -> bool:
-        return (self.topics is not None and not self.topics) or self.store_time.low > self.store_time.high \
+        return (self.topics is not None and not self.topics) or self.store_timestamp.low > self.store_timestamp.high \
             or self.phys_offset.low > self.phys_offset.high
 
     def matches(self, topic: str, store_timestamp: int, phys_offset: int) -> bool:
-        return ((self.topics is None or topic in self.topics) and store_timestamp in self.store_time
+        return ((self.topics is None or topic in self.topics) and store_timestamp in self.store_timestamp
                 and phys_offset in self.phys_offset)

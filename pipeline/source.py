@@ -84,7 +84,7 @@ class CommitLogReader(DataSourceReader):
     def _within_time(self, segments: list[Segment], wanted: list[Segment]) -> list[Segment]:
         """Segments whose records may fall in the time range: a segment's records are no older
         than its first one and older than the next segment's first."""
-        window = self.filter.store_time
+        window = self.filter.store_timestamp
         if window.low == -float("inf") and window.high == float("inf"):
             return wanted
         firsts = {s.path: first_store_timestamp(s) for s in segments}
@@ -96,7 +96,9 @@ class CommitLogReader(DataSourceReader):
                 kept.append(s)
         return kept
 
-    def read(self, partition: SegmentSplit) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, SegmentSplit):  # Spark's stand-in when no segment is to be read
+            return
         report = WalkReport()
         scan = self.filter
         pending: list[dict] = []
