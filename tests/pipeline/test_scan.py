@@ -71,8 +71,8 @@ def test_pushed_filters_give_the_rows_spark_would_and_skip_segments(spark, trick
     pushed = (spark.read.format("rocketmq_commitlog").option("progress_dir", str(progress)).load(str(tricky_store))
               .filter((F.col("topic") == "Nested") & (F.col("store_timestamp") >= begin)
                       & (F.col("store_timestamp") <= end) & (F.col("phys_offset") > 1000)))
-    expected = everything.filter("topic = 'Nested' and store_timestamp between {} and {} and phys_offset > 1000"
-                                 .format(begin, end))
+    expected = everything.filter(f"topic = 'Nested' and store_timestamp between {begin} and {end}"
+                                 " and phys_offset > 1000")
     assert expected.count() > 0
     assertDataFrameEqual(pushed, expected)
     read = {p.name.split("-")[0] for p in progress.glob("*.json")}
@@ -141,7 +141,8 @@ def test_the_command_line_shows_progress_and_keeps_a_status_file(spark, tricky_s
     captured = capsys.readouterr()
     assert f"trace failed: corrupt record in {first.path} at position {second}: unknown magic code" in captured.err
     failed = json.loads(status.read_text())
-    assert failed["state"] == "failed" and "unknown magic code" in failed["error"] and "Traceback" not in failed["error"]
+    assert failed["state"] == "failed" and "unknown magic code" in failed["error"]
+    assert "Traceback" not in failed["error"]
     assert main(["pipeline", "run", "trace", "--store", str(damaged), "--out", str(out), "--status", str(status),
                  "--progress", "--skip-corrupt"]) == 0
     captured = capsys.readouterr()
