@@ -1,5 +1,6 @@
-"""A Spark session set up for the pipeline: loopback only, the project's interpreter on the
-workers, no UI, and the commit log data source registered."""
+"""A Spark session set up for the pipeline: bound to SPARK_LOCAL_IP (loopback unless set), the
+project's interpreter on the workers, no UI, filter pushdown on, and the commit log data source
+registered."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pipeline.source import CommitLogDataSource
 
 def spark_session(master: str = "local[*]", app_name: str = "mqlens-pipeline", shuffle_partitions: int = 8,
                   extra: dict[str, str] | None = None) -> SparkSession:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    local_ip = os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
@@ -24,11 +25,12 @@ def spark_session(master: str = "local[*]", app_name: str = "mqlens-pipeline", s
                .config("spark.sql.python.filterPushdown.enabled", "true")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.pyspark.python", sys.executable)
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.host", "127.0.0.1"))
+               .config("spark.driver.bindAddress", local_ip)
+               .config("spark.driver.host", local_ip))
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")  # a failed job is reported once, in words, by the caller
     spark.dataSource.register(CommitLogDataSource)
     return spark
 
