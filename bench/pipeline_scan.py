@@ -94,7 +94,7 @@ def render(args: argparse.Namespace, flags: str, store_bytes: int, plain: dict, 
     lines = ["## Pipeline: commit log data source against a plain Python scan", "",
              *run_lines("bench.pipeline_scan", flags, seconds, measured=("store", "pipeline")),
              f"- Store: {args.messages:,} messages, {store_bytes / 1e9:.2f} GB of commit log in "
-             f"{args.segment_mib} MiB segments (the data source reads segments over 256 MiB with several tasks)",
+             f"{args.segment_mib} MiB segments (the data source reads segments over 128 MiB with several tasks)",
              "", "| reader | records/s | MB/s | seconds | vs plain scan |", "|---|---|---|---|---|"]
 
     def add(name: str, m: dict) -> None:

@@ -40,7 +40,7 @@ def run(
         "--skip-corrupt", help="Skip corrupt ranges of the commit log and report them, instead of failing.")]
     = False,
     split_bytes: Annotated[int | None, typer.Option(
-        "--split-bytes", min=4096, help="Read segments larger than this with several tasks (default 256 MiB).")]
+        "--split-bytes", min=4096, help="Read segments larger than this with several tasks (default 128 MiB).")]
     = None,
     status: Annotated[Path | None, typer.Option(
         "--status", help="Keep the job's progress as JSON in this file (replaced atomically).")] = None,

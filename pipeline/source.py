@@ -7,7 +7,7 @@ RocketMQ store directory, live or not (the newest segment is read up to its last
 record). Filters on topic, store time and physical offset are pushed into the scan.
 
 Options: `body` (true/false, default false), `skip_corrupt` (true/false: skip and report corrupt
-ranges instead of failing), `split_bytes` (default 256 MiB), `progress_dir` (a folder where each
+ranges instead of failing), `split_bytes` (default 128 MiB), `progress_dir` (a folder where each
 task reports records read, skipped ranges and a torn tail; see pipeline.progress)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pipeline.records import ARROW_SCHEMA, BATCH_ROWS, SCHEMA_DDL, row
 from pipeline.scan_filter import ScanFilter
 from pipeline.segments import Segment, WalkReport, first_store_timestamp, segment_files, walk
 
-DEFAULT_SPLIT_BYTES = 256 * 1024 * 1024
+DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
 
 
 def _flag(options: dict, name: str) -> bool:
