@@ -58,7 +58,8 @@ class ScanFilter:
         """Absorb the filters this scan can apply; returns the others, for Spark to apply."""
         left = []
         for f in filters:
-            column = f.attribute[0] if len(f.attribute) == 1 else None
+            attribute = getattr(f, "attribute", ())  # Not, And and Or name no single column
+            column = attribute[0] if len(attribute) == 1 else None
             if column == "topic" and isinstance(f, EqualTo) and isinstance(f.value, str):
                 self._only_topics({f.value})
             elif column == "topic" and isinstance(f, In) and all(isinstance(v, str) for v in f.value):

@@ -41,8 +41,8 @@ class ProgressBar:
 
     WIDTH = 24
 
-    def __init__(self, stream: TextIO = sys.stderr):
-        self.stream = stream
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
         self.drawn = False
 
     def draw(self, status: JobStatus) -> None:

@@ -79,6 +79,8 @@ def test_pushed_filters_give_the_rows_spark_would_and_skip_segments(spark, trick
     assert 0 < len(read) < len(segments)  # segments outside the time range were never opened
     assert spark.read.format("rocketmq_commitlog").load(str(tricky_store)).filter(
         F.col("topic").isin("Other", "Plain") & (F.col("topic") == "Nope")).count() == 0
+    not_nested = spark.read.format("rocketmq_commitlog").load(str(tricky_store)).filter(F.col("topic") != "Nested")
+    assert not_nested.count() == everything.count() - everything.filter("topic = 'Nested'").count()  # a Not filter
     everything.unpersist()
 
 

@@ -19,6 +19,7 @@ from store.codec import StoredMessage
 from store.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage, StoreConfig
 from tests.conftest import GOLDEN_GEOMETRY
+from tests.pipeline.stores import every_record
 
 SMALL = StoreGeometry(commitlog_file_size=64 * 1024, cq_file_size=20 * 256, index_slots=64, index_entries=1024)
 
@@ -36,20 +37,10 @@ def expected_row(msg: StoredMessage, with_body: bool = False) -> tuple:
 
 def store_messages(store_dir: Path, geometry: StoreGeometry) -> list[StoredMessage]:
     """Every record, walked with the store's reader from the first offset to the end."""
-    found = []
     with MessageStore.open(store_dir, StoreConfig(geometry=geometry), read_only=True) as store:
         report = store.check()
         assert report.ok, report.problems
-        phys = store.commitlog.min_offset
-        while phys < store.commitlog.end:
-            try:
-                msg = store.read(phys)
-            except Exception:  # a filler: on to the next segment
-                phys = (phys // geometry.commitlog_file_size + 1) * geometry.commitlog_file_size
-                continue
-            found.append(msg)
-            phys += msg.size
-    return found
+        return every_record(store)
 
 
 def test_every_golden_record_as_the_store_reads_it(spark, golden_store_dir, golden_manifest):

@@ -1,0 +1,120 @@
+"""Dead-letter report: per consumer group and topic, how many messages died, after how many
+retries and how long after they were stored, the keys, tags and reasons that fail most, and
+the daily trend. The console's analytics page reads these tables with pyarrow.
+
+Output: one Parquet table (Spark part files) per subdirectory of `out`; `group` is the consumer
+group of the %DLQ%group topic, `topic` the topic the message was consumed from:
+
+  summary/        group, topic, dead_letters, retries_avg, ttd_p50_ms, ttd_p90_ms, ttd_p99_ms
+  daily/          day (UTC date of the dead letter's store time), group, topic, dead_letters
+  retries/        group, retried_messages, retry_records, dead_letters
+  ttd_histogram/  group, bucket, bucket_order, dead_letters (every bucket of every group with dead letters)
+  top_keys/, top_tags/, top_reasons/
+                  group, value, dead_letters, rank (the 20 most frequent per group; rank 1 the most,
+                  ties by value)
+
+Time to DLQ percentiles are nearest-rank (the smallest time at least that share of the group's
+dead letters do not exceed) over the dead letters whose original is in the store, computed
+with percentile_approx at an accuracy that is exact below TTD_ACCURACY dead letters."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from pipeline.dead_letters import dead_letters
+from pipeline.message_ids import message_copies
+from pipeline.options import SourceOptions
+from pipeline.staged_output import staged_output
+from pipeline.trace_events import trace_records
+from store import topics
+
+TOP = 20
+TTD_ACCURACY = 100_000
+SECOND, MINUTE, HOUR, DAY = 1_000, 60_000, 3_600_000, 86_400_000
+# (label, lowest time to DLQ in the bucket): each bucket runs up to the next one's low.
+TTD_BUCKETS = (("<1s", None), ("1-10s", SECOND), ("10s-1m", 10 * SECOND), ("1-10m", MINUTE),
+               ("10m-1h", 10 * MINUTE), ("1h-1d", HOUR), (">1d", DAY))
+TABLES = ("summary", "daily", "retries", "ttd_histogram", "top_keys", "top_tags", "top_reasons")
+
+
+def summary(dead: DataFrame) -> DataFrame:
+    ttd = F.percentile_approx("ttd_ms", [0.5, 0.9, 0.99], TTD_ACCURACY)
+    return (dead.groupBy("group", "topic")
+            .agg(F.count("*").alias("dead_letters"), F.avg("retries").alias("retries_avg"), ttd.alias("ttd"))
+            .select("group", "topic", "dead_letters", "retries_avg",
+                    *[F.col("ttd")[n].cast("bigint").alias(f"ttd_p{p}_ms") for n, p in enumerate((50, 90, 99))]))
+
+
+def daily(dead: DataFrame) -> DataFrame:
+    return dead.groupBy("day", "group", "topic").agg(F.count("*").alias("dead_letters"))
+
+
+def retries(copies: DataFrame, dead: DataFrame) -> DataFrame:
+    """Per group that retried or dead-lettered anything: the messages and records in its retry
+    topic (%RETRY%group, each record a redelivery) and its dead letters."""
+    retried = (copies.where(F.col("copy_kind") == "retry")
+               .groupBy(F.substring("topic", len(topics.RETRY_PREFIX) + 1, 1 << 16).alias("group"))
+               .agg(F.countDistinct("message_id").alias("retried_messages"), F.count("*").alias("retry_records")))
+    died = dead.groupBy("group").agg(F.count("*").alias("dead_letters"))
+    return (retried.join(died, "group", "full")
+            .fillna(0, subset=["retried_messages", "retry_records", "dead_letters"])
+            .select("group", "retried_messages", "retry_records", "dead_letters"))
+
+
+def ttd_histogram(dead: DataFrame) -> DataFrame:
+    bucket_order = F.lit(0)
+    for order, (_, low) in enumerate(TTD_BUCKETS[1:], start=1):
+        bucket_order = F.when(F.col("ttd_ms") >= low, F.lit(order)).otherwise(bucket_order)
+    bucket_order = F.when(F.col("ttd_ms").isNotNull(), bucket_order)  # unknown: in no bucket
+    counts = [F.count(F.when(bucket_order == order, True)).alias(f"in_{order}") for order in range(len(TTD_BUCKETS))]
+    buckets = F.array(*[F.struct(F.lit(label).alias("bucket"), F.lit(order).alias("bucket_order"),
+                                 F.col(f"in_{order}").alias("dead_letters"))
+                        for order, (label, _) in enumerate(TTD_BUCKETS)])
+    return (dead.groupBy("group").agg(*counts).select("group", F.inline(buckets))
+            .select("group", "bucket", "bucket_order", "dead_letters"))
+
+
+def top(dead: DataFrame, values) -> DataFrame:
+    """The TOP values per group by dead letters; `values` is an array of each dead letter's
+    values, each counted once."""
+    counted = (dead.select("group", F.explode(F.array_distinct(values)).alias("value"))
+               .where(F.col("value").isNotNull()).groupBy("group", "value").agg(F.count("*").alias("dead_letters")))
+    order = Window.partitionBy("group").orderBy(F.col("dead_letters").desc(), F.col("value").asc())
+    return (counted.withColumn("rank", F.row_number().over(order)).where(F.col("rank") <= TOP)
+            .select("group", "value", "dead_letters", "rank"))
+
+
+def report(dead: DataFrame, copies: DataFrame) -> dict[str, DataFrame]:
+    """The tables (by name, as TABLES) from the dead letters (pipeline.dead_letters.dead_letters)
+    and the message copies (pipeline.message_ids.message_copies) of a commit log."""
+    return {
+        "summary": summary(dead),
+        "daily": daily(dead),
+        "retries": retries(copies, dead),
+        "ttd_histogram": ttd_histogram(dead),
+        "top_keys": top(dead, F.col("keys")),
+        "top_tags": top(dead, F.array("tags")),
+        "top_reasons": top(dead, F.array("reason")),
+    }
+
+
+def main(spark: SparkSession, source: SourceOptions, out: Path) -> dict[str, int]:
+    records = replace(source, with_body=False).read(spark).where(F.col("copy_kind") != "trace").persist(
+        StorageLevel.MEMORY_AND_DISK)
+    trace = trace_records(replace(source, with_body=True).read(spark))
+    dead = dead_letters(records, trace).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        tables = report(dead, message_copies(records))
+        with staged_output(out) as staging:
+            for name in TABLES:
+                tables[name].write.parquet(str(staging / name))
+        counted = dead.agg(F.count("*").alias("dead_letters"), F.countDistinct("group").alias("groups")).first()
+    finally:
+        dead.unpersist()
+        records.unpersist()
+    return {"dead_letters": counted.dead_letters, "groups": counted.groups}

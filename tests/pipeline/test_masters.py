@@ -1,0 +1,79 @@
+"""Every job on a multi-process master (`local-cluster`: executors in JVMs of their own) and on a
+standalone master and worker started on loopback, with the same output as in the test's own
+local session: nothing depends on running in the driver's process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.testing import assertDataFrameEqual
+
+from pipeline.jobs import JOBS
+from pipeline.options import SourceOptions
+from pipeline.run import run_job
+from pipeline.session import job_session
+from tests.conftest import GOLDEN_GEOMETRY
+from tests.pipeline.standalone import standalone_cluster
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_SECONDS = 600
+
+
+def run_on(master: str, store: Path, out_root: Path) -> dict:
+    g = GOLDEN_GEOMETRY
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.pipeline.jobs_on_master", master, str(store), str(out_root),
+         str(g.cq_file_size), str(g.index_slots), str(g.index_entries)],
+        cwd=REPO, capture_output=True, text=True, timeout=RUN_SECONDS,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def same_output(spark, expected: Path, actual: Path) -> None:
+    """Parquet tables equal as DataFrames, every other file byte for byte."""
+    tables = sorted({p.parent for p in expected.rglob("*.parquet")})
+    assert tables == sorted({expected / p.parent.relative_to(actual) for p in actual.rglob("*.parquet")})
+    for table in tables:
+        assertDataFrameEqual(spark.read.parquet(str(actual / table.relative_to(expected))),
+                             spark.read.parquet(str(table)))
+    plain = sorted(p.relative_to(expected) for p in expected.rglob("*")
+                   if p.is_file() and ".parquet" not in p.name and not p.name.startswith(("_", ".")))
+    assert plain == sorted(p.relative_to(actual) for p in actual.rglob("*")
+                           if p.is_file() and ".parquet" not in p.name and not p.name.startswith(("_", ".")))
+    for name in plain:
+        assert (actual / name).read_bytes() == (expected / name).read_bytes(), name
+
+
+@pytest.fixture
+def local_outputs(spark, golden_store_dir, tmp_path) -> Path:
+    root = tmp_path / "local"
+    source = SourceOptions(golden_store_dir, GOLDEN_GEOMETRY)
+    for job in JOBS:
+        assert run_job(job, source, root / job, lambda: job_session("local[2]")).state == "succeeded"
+    return root
+
+
+def check_master(spark, master: str, store: Path, local: Path, out_root: Path) -> None:
+    statuses = run_on(master, store, out_root)
+    assert len(statuses.pop("executor_pids")) >= 1
+    for job in JOBS:
+        assert statuses[job]["state"] == "succeeded", statuses[job]["error"]
+        assert statuses[job]["records"] == 61
+        same_output(spark, local / job, out_root / job)
+
+
+def test_every_job_on_a_multi_process_master(spark, golden_store_dir, local_outputs, tmp_path):
+    check_master(spark, "local-cluster[2,1,1024]", golden_store_dir, local_outputs, tmp_path / "cluster")
+
+
+def test_every_job_on_a_standalone_master_and_worker(spark, golden_store_dir, local_outputs, tmp_path):
+    work = tmp_path / "spark"
+    work.mkdir()
+    with standalone_cluster(work) as master:
+        check_master(spark, master, golden_store_dir, local_outputs, tmp_path / "standalone")
