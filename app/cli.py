@@ -374,3 +374,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     sys.exit(main())
+
+
+if __name__ == "__main__":  # `python -m app.cli`: how the console starts pipeline jobs
+    entry()

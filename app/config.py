@@ -4,6 +4,7 @@ No instance is made at import time; `create_app(settings)` gets one from its cal
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Literal
 
@@ -52,6 +53,12 @@ class Settings(BaseSettings):
     failed_logins_per_minute: int = Field(5, ge=1)  # per user name; ten times as many per client address
     resend_limit: int = Field(100, ge=1)  # dead letters one support action may resend
     max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # a larger request body is refused (413)
+    # Pipeline runs started from the console: the Spark master they use unless an operator picks
+    # local[1], local[2] or local[*] instead.
+    pipeline_master: str = Field("local[*]", min_length=1, max_length=255, pattern=r"^\S+$")
+    # The command that runs a job, split like a shell line; default: this interpreter with
+    # `-m app.cli`. The tests point it at a stand-in that keeps the status file's contract.
+    pipeline_command: str | None = None
 
     @field_validator("database_url")
     @classmethod
@@ -62,6 +69,18 @@ class Settings(BaseSettings):
             except ArgumentError as exc:  # a malformed URL or a database SQLAlchemy cannot load
                 raise ValueError(f"unusable database URL: {exc}") from None
         return url
+
+    @field_validator("pipeline_command")
+    @classmethod
+    def _command_line(cls, command: str | None) -> str | None:
+        if command is not None:
+            try:
+                words = shlex.split(command)
+            except ValueError as exc:
+                raise ValueError(f"unusable pipeline command: {exc}") from None
+            if not words:
+                return None
+        return command
 
     @model_validator(mode="after")
     def _default_database_url(self) -> Settings:

@@ -10,6 +10,8 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.services.flow import PutGate
+from app.services.pipeline_command import PipelineSetup
+from app.services.pipeline_runner import PipelineRunner
 from store.clock import Clock
 from store.message_store import MessageStore
 
@@ -42,6 +44,14 @@ async def get_config_lock(request: Request) -> threading.Lock:
     return request.app.state.config_lock
 
 
+async def get_pipeline_setup(request: Request) -> PipelineSetup:
+    return request.app.state.pipeline_setup
+
+
+async def get_pipeline_runner(request: Request) -> PipelineRunner:
+    return request.app.state.pipeline_runner
+
+
 StoreDep = Annotated[MessageStore, Depends(get_store)]
 SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
 ClockDep = Annotated[Clock, Depends(get_clock)]
@@ -49,3 +59,5 @@ PutGateDep = Annotated[PutGate, Depends(get_put_gate)]
 ReceiveGateDep = Annotated[PutGate, Depends(get_receive_gate)]
 ReceiveThreadsDep = Annotated[anyio.CapacityLimiter, Depends(get_receive_threads)]
 ConfigLockDep = Annotated[threading.Lock, Depends(get_config_lock)]
+PipelineSetupDep = Annotated[PipelineSetup, Depends(get_pipeline_setup)]
+PipelineRunnerDep = Annotated[PipelineRunner, Depends(get_pipeline_runner)]

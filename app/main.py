@@ -26,6 +26,7 @@ from app.db import make_engine, migrate, session_factory
 from app.errors import error_response, install_error_handlers
 from app.headers import SecurityHeadersMiddleware
 from app.pages import admin as admin_page
+from app.pages import analytics as analytics_page
 from app.pages import audit as audit_page
 from app.pages import config as config_page
 from app.pages import dashboard as dashboard_page
@@ -45,9 +46,10 @@ from app.routes import config as config_routes
 from app.routes import dead_letters as dead_letter_routes
 from app.routes import docs, groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
 from app.routes import metrics as metrics_routes
+from app.routes import pipeline_runs as pipeline_routes
 from app.routes import redrive as redrive_routes
 from app.security import CrossOriginGuardMiddleware, PrincipalCache, SessionCookieMiddleware
-from app.services import accounts, offset_reset
+from app.services import accounts, offset_reset, pipeline_runs
 from app.services import config as config_service
 from app.services import groups as groups_service
 from app.services import redrive as redrive_service
@@ -58,6 +60,8 @@ from app.services.demo import DemoWorkload
 from app.services.flow import PutGate
 from app.services.login_limit import LoginLimiter
 from app.services.metrics import metrics_registry
+from app.services.pipeline_command import PipelineSetup
+from app.services.pipeline_runner import PipelineRunner
 from app.services.rates import RateSampler
 from app.services.redrive import RedriveRunner
 from app.twin import JsonTwinMiddleware
@@ -74,6 +78,7 @@ class _Resources:
     sessions: sessionmaker[Session]
     store: MessageStore
     session_secret: str
+    pipeline: PipelineRunner
     demo: DemoWorkload | None = None
     redrive: RedriveRunner | None = None
 
@@ -113,9 +118,19 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
     except BaseException:
         engine.dispose()
         raise
+    try:
+        # Pipeline jobs read the store and write only to the data directory: they run read-only too.
+        pipeline = PipelineRunner(sessions, clock)
+        for line in pipeline_runs.reconcile_runs(pipeline, sessions, clock):
+            log.info("start-up: %s", line)
+        pipeline.start()
+    except BaseException:
+        store.close()
+        engine.dispose()
+        raise
     if settings.read_only:
         log.info("serving the store in %s read-only", settings.store_dir)
-        return _Resources(engine, sessions, store, session_secret)
+        return _Resources(engine, sessions, store, session_secret, pipeline)
     redrive = None
     try:
         for line in config_service.reconcile_delay_levels(store, sessions):
@@ -132,14 +147,16 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
     except BaseException:
         if redrive is not None:
             redrive.stop()
+        pipeline.stop()
         store.close()
         engine.dispose()
         raise
-    return _Resources(engine, sessions, store, session_secret, demo, redrive)
+    return _Resources(engine, sessions, store, session_secret, pipeline, demo, redrive)
 
 
 def _stop(resources: _Resources) -> None:
     try:
+        resources.pipeline.stop()  # the jobs go on: the next start follows them again
         if resources.redrive is not None:
             resources.redrive.stop()
         if resources.demo is not None:
@@ -171,6 +188,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         app.state.sessions = resources.sessions
         app.state.session_secret = resources.session_secret
         app.state.redrive = resources.redrive
+        app.state.pipeline_runner = resources.pipeline
         try:
             yield
         finally:
@@ -182,6 +200,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
                               'Every error answers {"ok": false, "error": "...", "status": N}.')
     app.state.settings = settings
     app.state.clock = clock
+    app.state.pipeline_setup = PipelineSetup.from_settings(settings)
     app.state.put_gate = PutGate(settings.max_pending_puts)
     app.state.receive_gate = PutGate(settings.max_receives, activity="receives")
     app.state.config_lock = threading.Lock()  # one configuration change at a time
@@ -195,7 +214,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     for module in (health, auth_routes, accounts_routes, dead_letter_routes, messages, topics, groups, config_routes,
                    receive, queue_view, timeline, resend, lookup, docs, metrics_routes, dashboard_page, search_page,
                    message_page, timeline_page, topics_page, groups_page, dead_letters_page, redrive_routes,
-                   redrive_page, config_page, audit_routes, audit_page,
+                   redrive_page, config_page, audit_routes, audit_page, pipeline_routes, analytics_page,
                    admin_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")

@@ -140,3 +140,34 @@ class RedriveJob(Base):
     started_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     finished_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     total: Mapped[int] = mapped_column(Integer)
+
+
+class PipelineRun(Base):
+    """A pipeline job the console started as a process of its own over its store: who asked,
+    with which Spark master, its progress (from the job's status file) and how it ended."""
+
+    __tablename__ = "pipeline_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    action_id: Mapped[int] = mapped_column(ForeignKey("audit_entries.id"))  # the audit row that started it
+    job: Mapped[str] = mapped_column(String(64))
+    store: Mapped[str] = mapped_column(Text)  # the store directory it reads
+    master: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16), index=True)  # queued|running|succeeded|failed|cancelled
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    requested_by: Mapped[str] = mapped_column(String(255))
+    requested_at_ms: Mapped[int] = mapped_column(BigInteger)
+    started_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    finished_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    output_path: Mapped[str] = mapped_column(Text)
+    stage: Mapped[str | None] = mapped_column(Text, nullable=True)  # what the job is doing, in words
+    tasks_done: Mapped[int] = mapped_column(Integer, default=0)
+    tasks_total: Mapped[int] = mapped_column(Integer, default=0)
+    records: Mapped[int] = mapped_column(BigInteger, default=0)  # commit log records read so far
+    skipped_ranges: Mapped[int] = mapped_column(Integer, default=0)  # corrupt ranges skipped
+    counts: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON: what the job made, on success
+    summary: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it failed, in words
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)  # also its process group
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cancelled_by: Mapped[str | None] = mapped_column(String(255), nullable=True)

@@ -1,6 +1,7 @@
 """Serving a store read-only: every request that could change something is refused (409)
-before its route runs, so the store is never touched. Signing in and out and managing accounts
-change only the operator database, and stay open."""
+before its route runs, so the store is never touched. Signing in and out, managing accounts and
+pipeline runs (which read the store and write to the data directory) change only the operator
+database and the data directory, and stay open."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from app.services.errors import ConflictError
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 ACCOUNT_PATHS = ("/login", "/logout", "/api/users", "/api/tokens", "/admin/")
+PIPELINE_PATHS = ("/api/pipeline/", "/analytics/")
 
 
 async def refuse_writes_when_read_only(request: Request) -> None:
     settings = request.app.state.settings
-    if settings.read_only and request.method not in SAFE_METHODS and not request.url.path.startswith(ACCOUNT_PATHS):
+    if settings.read_only and request.method not in SAFE_METHODS and not request.url.path.startswith(
+            ACCOUNT_PATHS + PIPELINE_PATHS):
         raise ConflictError("the console is read-only: it serves its store without changing it, so "
                             f"{request.method} {request.url.path} is refused")

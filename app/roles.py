@@ -13,7 +13,8 @@ class Permission(StrEnum):
     READ = "read"  # every page and lookup (bodies masked unless READ_BODIES or revealed)
     READ_BODIES = "read_bodies"  # bodies shown without a reveal
     RESEND = "resend"  # resend single or selected dead letters, up to a per-action limit
-    REDRIVE = "redrive"  # redrive jobs, resends beyond the per-action limit, edits before a resend
+    # long work (redrive jobs, pipeline runs), resends beyond the per-action limit, edits before a resend
+    REDRIVE = "redrive"
     CONFIGURE = "configure"  # delay levels, group settings, offset resets, topics
     MESSAGING = "messaging"  # produce, receive, ack, nack, commit offsets
     ADMIN = "admin"  # users and tokens

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from pipeline.jobs import JOBS
 from store.pop import MAX_INVISIBLE_MS, MAX_MESSAGES, MAX_WAIT_MS, MIN_INVISIBLE_MS
 
 StrictInt = Annotated[int, Field(strict=True)]
@@ -673,3 +674,65 @@ class OffsetResetResponse(BaseModel):
     ok: Literal[True] = True
     applied: bool
     queues: list[QueueResetOut]
+
+
+# -- pipeline runs -----------------------------------------------------------------------------
+class PipelineRunCreate(Strict):
+    job: str = Field(max_length=64, description="The job: " + ", ".join(JOBS) + ".")
+    master: str | None = Field(None, max_length=255, description="Spark master: local[1], local[2], local[*] or "
+                               "the configured one (MQLENS_PIPELINE_MASTER, the default).")
+    reason: Reason = None
+
+
+class PipelineRunOut(BaseModel):
+    id: int
+    action_id: int = Field(description="The audit entry of the start.")
+    job: str
+    store: str = Field(description="The store directory the job reads (the console's own).")
+    master: str
+    state: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    reason: str | None
+    requested_by: str
+    requested_at_ms: int
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    duration_ms: int | None
+    output_path: str
+    stage: str | None = Field(description="What the job is doing, in words.")
+    tasks_done: int = Field(description="Spark tasks done so far (more stages may add tasks).")
+    tasks_total: int
+    records: int = Field(description="Commit log records read so far.")
+    skipped_ranges: int = Field(description="Corrupt ranges of the commit log skipped.")
+    counts: dict[str, int] = Field(description="What the job made, on success.")
+    summary: str | None = Field(description="The job's one-line summary, on success.")
+    error: str | None = Field(description="Why it failed, in words (Spark's error, or its process's end).")
+    pid: int | None
+    exit_code: int | None
+    cancelled_by: str | None
+    results_url: str
+
+
+class PipelineRunResponse(BaseModel):
+    ok: Literal[True] = True
+    run: PipelineRunOut
+
+
+class PipelineRunsResponse(BaseModel):
+    ok: Literal[True] = True
+    runs: list[PipelineRunOut]
+
+
+class PipelineTableOut(BaseModel):
+    name: str
+    columns: list[str]
+    rows: list[dict] = Field(description="The first rows, in the order the console shows them.")
+    total_rows: int
+
+
+class PipelineResultsResponse(BaseModel):
+    ok: Literal[True] = True
+    run: PipelineRunOut
+    tables: dict[str, PipelineTableOut] = Field(description="dlq-report: summary, daily, retries, ttd_histogram, "
+                                                "top_keys, top_tags, top_reasons; trace, timelines, key-index: the "
+                                                "first rows of each table; projections: none.")
+    problem: str | None = Field(description="Why the output cannot be read (moved, deleted, damaged), in words.")

@@ -137,6 +137,7 @@ Reader = Annotated[Principal, require(Permission.READ)]
 Resender = Annotated[Principal, require(Permission.RESEND)]
 Configurer = Annotated[Principal, require(Permission.CONFIGURE)]
 Redriver = Annotated[Principal, require(Permission.REDRIVE)]
+JobStarter = Annotated[Principal, require(Permission.REDRIVE)]  # long work: redrive jobs and pipeline runs
 Admin = Annotated[Principal, require(Permission.ADMIN)]
 READ = require(Permission.READ)
 

@@ -68,6 +68,11 @@ MUTATING = [
     Endpoint("POST", "/groups/g1/offsets/reset", CONFIGURE),
     Endpoint("POST", "/config/delay-levels/rollback", CONFIGURE),
     Endpoint("POST", "/redrive-jobs/1/cancel", CONFIGURE),
+    # a job no registry knows: the allowed roles get 400, and no Spark job starts
+    Endpoint("POST", "/api/pipeline/runs", CONFIGURE, {"job": "no-such-job"}),
+    Endpoint("POST", "/api/pipeline/runs/1/cancel", CONFIGURE),
+    Endpoint("POST", "/analytics/runs", CONFIGURE),
+    Endpoint("POST", "/analytics/runs/1/cancel", CONFIGURE),
     Endpoint("POST", f"/api/messages/{DEAD}/reveal", READERS),
     Endpoint("POST", f"/messages/{DEAD}/reveal", READERS),
     Endpoint("POST", "/api/users", ADMIN, {"name": "newbie", "password": "long-enough-password", "role": "viewer"}),
