@@ -7,9 +7,10 @@ of the same files with the same decoder, on a generated store of at least 1 GB.
 
 The baseline walks every segment in this process and builds the same Arrow batches the data
 source yields, counting rows and summing sizes. The data source runs the same aggregate under
-`local[1]` and `local[2]`, each in its own process (one Spark context per process); Spark's
-session start is reported apart and left out of the rates. Target: `local[2]` at least 1.3x
-the plain scan.
+`local[1]` and `local[2]`, each in its own process (one Spark context per process), twice: the
+first scan also starts Spark's Python workers, the second finds them running. Spark's session
+start is reported apart and left out of the rates. Target: `local[2]` at least 1.3x the plain
+scan.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pyarrow.compute as pc
 
 from bench.report import given_flags, publish, run_lines
 from bench.workload import Workload, new_message
-from pipeline.records import ARROW_SCHEMA, BATCH_ROWS, row
+from pipeline.records import ARROW_SCHEMA, BATCH_ROWS, RowBuilder
 from pipeline.segments import segment_files, walk
 from store.geometry import StoreGeometry
 from store.message_store import MessageStore, StoreConfig
@@ -51,10 +52,11 @@ def build_store(root: Path, messages: int, segment_bytes: int) -> None:
 def plain_scan(root: Path) -> dict:
     began = time.perf_counter()
     records = size = 0
+    rows = RowBuilder(with_body=False)
     for segment in segment_files(root):
         pending = []
         for msg in walk(segment):
-            pending.append(row(msg, False))
+            pending.append(rows.row(msg))
             if len(pending) == BATCH_ROWS:
                 batch = pa.RecordBatch.from_pylist(pending, schema=ARROW_SCHEMA)
                 records += batch.num_rows
@@ -68,7 +70,9 @@ def plain_scan(root: Path) -> dict:
 
 
 def spark_scan(master: str, root: Path) -> dict:
-    """Runs in its own process: one Spark session per master."""
+    """Runs in its own process: one Spark session per master. The scan runs twice: the first
+    also starts Spark's Python workers (each imports pyarrow and the decoder), the second finds
+    them running, as every later stage of a job does."""
     from pyspark.sql import functions as F
 
     from pipeline.session import spark_session
@@ -77,10 +81,14 @@ def spark_scan(master: str, root: Path) -> dict:
     spark = spark_session(master, app_name="mqlens-bench", shuffle_partitions=2)
     spark.range(1).count()
     started = time.perf_counter()
-    result = spark.read.format("rocketmq_commitlog").load(str(root)).agg(F.count("*"), F.sum("size")).collect()[0]
-    seconds = time.perf_counter() - started
+    scans = []
+    for _ in range(2):
+        at = time.perf_counter()
+        result = spark.read.format("rocketmq_commitlog").load(str(root)).agg(F.count("*"), F.sum("size")).collect()[0]
+        scans.append(time.perf_counter() - at)
     spark.stop()
-    return {"records": result[0], "bytes": result[1], "seconds": seconds, "session_seconds": started - began}
+    return {"records": result[0], "bytes": result[1], "first_seconds": scans[0], "seconds": scans[1],
+            "session_seconds": started - began}
 
 
 def _spark_in_process(master: str, root: Path) -> dict:
@@ -89,26 +97,32 @@ def _spark_in_process(master: str, root: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def render(args: argparse.Namespace, flags: str, store_bytes: int, plain: dict, spark: dict[str, dict],
-           seconds: float) -> str:
+def render(args: argparse.Namespace, flags: str, plain: dict, spark: dict[str, dict], seconds: float) -> str:
     lines = ["## Pipeline: commit log data source against a plain Python scan", "",
              *run_lines("bench.pipeline_scan", flags, seconds, measured=("store", "pipeline")),
-             f"- Store: {args.messages:,} messages, {store_bytes / 1e9:.2f} GB of commit log in "
-             f"{args.segment_mib} MiB segments (the data source reads segments over 128 MiB with several tasks)",
+             f"- Store: {args.messages:,} messages, {plain['records']:,} records, {plain['bytes'] / 1e9:.2f} GB of "
+             f"records in {args.segment_mib} MiB segments (the data source reads segments over 128 MiB with several "
+             "tasks)",
+             "- Each Spark master runs in a process of its own and scans twice: the first scan also starts "
+             "Spark's Python workers, the second finds them running (as every later stage of a job does). "
+             "Session start is reported apart and counted in neither.",
              "", "| reader | records/s | MB/s | seconds | vs plain scan |", "|---|---|---|---|---|"]
 
-    def add(name: str, m: dict) -> None:
-        lines.append(f"| {name} | {m['records'] / m['seconds']:,.0f} | {m['bytes'] / m['seconds'] / 1e6:,.0f} | "
-                     f"{m['seconds']:.1f} | {plain['seconds'] / m['seconds']:.2f}x |")
+    def add(name: str, m: dict, key: str = "seconds") -> None:
+        lines.append(f"| {name} | {m['records'] / m[key]:,.0f} | {m['bytes'] / m[key] / 1e6:,.0f} | "
+                     f"{m[key]:.1f} | {plain['seconds'] / m[key]:.2f}x |")
 
     add("plain Python, one process (baseline)", plain)
     for master, m in spark.items():
-        add(f"data source, `{master}` (session start {m['session_seconds']:.1f} s, not counted)", m)
+        add(f"data source, `{master}`, first scan (session start {m['session_seconds']:.1f} s)", m, "first_seconds")
+        add(f"data source, `{master}`, second scan", m)
     scaling = spark["local[1]"]["seconds"] / spark["local[2]"]["seconds"]
     vs_plain = plain["seconds"] / spark["local[2]"]["seconds"]
+    first_vs_plain = plain["seconds"] / spark["local[2]"]["first_seconds"]
     lines += ["", f"- Scaling `local[1]` -> `local[2]`: {scaling:.2f}x.",
-              f"- Target: `local[2]` at least {TARGET_SCALING}x the plain scan: measured {vs_plain:.2f}x — "
-              f"{'met' if vs_plain >= TARGET_SCALING else 'not met'}.",
+              f"- Target: `local[2]` at least {TARGET_SCALING}x the plain scan: measured {vs_plain:.2f}x with its "
+              f"workers running ({'met' if vs_plain >= TARGET_SCALING else 'not met'}), {first_vs_plain:.2f}x "
+              "for a first scan that starts them.",
               "- Every reader counted the same records and bytes."]
     return "\n".join(lines) + "\n"
 
@@ -128,14 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = work / "store"
         build_store(root, args.messages, args.segment_mib * 1024 * 1024)
-        store_bytes = sum(s.size for s in segment_files(root))
         plain = plain_scan(root)
         spark = {master: _spark_in_process(master, root) for master in MASTERS}
         for master, m in spark.items():
             if (m["records"], m["bytes"]) != (plain["records"], plain["bytes"]):
                 raise SystemExit(f"{master} counted {m['records']} records, the plain scan {plain['records']}")
         flags = given_flags(args, parser.parse_args([]), ("messages", "segment_mib"))
-        section = render(args, flags, store_bytes, plain, spark, time.monotonic() - began)
+        section = render(args, flags, plain, spark, time.monotonic() - began)
         publish(section, args.out, BEGIN, END)
     finally:
         shutil.rmtree(work, ignore_errors=True)

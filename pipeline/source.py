@@ -20,7 +20,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPa
 
 from pipeline.options import FORMAT
 from pipeline.progress import write_task_progress
-from pipeline.records import ARROW_SCHEMA, BATCH_ROWS, SCHEMA_DDL, row
+from pipeline.records import ARROW_SCHEMA, BATCH_ROWS, SCHEMA_DDL, RowBuilder
 from pipeline.scan_filter import ScanFilter
 from pipeline.segments import Segment, WalkReport, first_store_timestamp, segment_files, walk
 
@@ -102,10 +102,11 @@ class CommitLogReader(DataSourceReader):
         report = WalkReport()
         scan = self.filter
         pending: list[dict] = []
+        rows = RowBuilder(self.with_body)
         for msg in walk(partition.segment, partition.start, partition.end, skip_corrupt=self.skip_corrupt,
                         is_tail=partition.is_tail, report=report):
             if scan.matches(msg.topic, msg.store_timestamp, msg.phys_offset):
-                pending.append(row(msg, self.with_body))
+                pending.append(rows.row(msg))
             if report.records % BATCH_ROWS == 0:
                 self._progress(partition, report, done=False)
                 if pending:

@@ -7,7 +7,9 @@ when updating the user guide) they are written there instead."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,10 +122,24 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+HIDE_TEMP_FOLDERS = """pattern => {
+    const prefix = new RegExp(pattern, "g");
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        if (prefix.test(node.nodeValue)) node.nodeValue = node.nodeValue.replace(prefix, "");
+        prefix.lastIndex = 0;
+    }
+}"""
+
+
 def save_screenshot(page, folder: Path, name: str) -> Path:
     """A full-page PNG; checked to be a real picture, not an empty file."""
     path = folder / f"{name}.png"
     tmp = folder / f".{name}.tmp.png"
+    # The test server's folders live under pytest's temporary directory: show them relative to it,
+    # as `make run` would show ./data, so the pictures in docs/ name no folder of this machine.
+    temp_folders = re.escape(str(Path(tempfile.gettempdir()))) + r"/pytest-of-[^/]+/pytest-\d+/[^/]+/"
+    page.evaluate(HIDE_TEMP_FOLDERS, temp_folders)
     page.screenshot(path=str(tmp), full_page=True)
     data = tmp.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000, f"screenshot {name} looks empty"
