@@ -100,12 +100,14 @@ def _is_boundary_after(buf, base: int, pos: int) -> bool:
     return int.from_bytes(buf[pos + PHYS_OFFSET_AT: pos + PHYS_OFFSET_AT + 8], "big", signed=True) == base + pos
 
 
-def resync(buf, base: int, start: int, path: str) -> int | None:
-    """The first verified record boundary at or after `start`, or None when no record follows
-    (only a filler, zeros or damage)."""
+def resync(buf, base: int, start: int, path: str, limit: int | None = None) -> int | None:
+    """The first verified record boundary at or after `start` (and before `limit`, when given),
+    or None when no record follows (only a filler, zeros or damage)."""
     pos = start
+    bound = len(buf) if limit is None else min(limit, len(buf))
+    last_magic_end = bound - 1 + MAGIC_AT + INT32.size  # the magic of a record starting at bound - 1
     while True:
-        found = [buf.find(pattern, pos + MAGIC_AT) for pattern in _MAGIC_PATTERNS]
+        found = [buf.find(pattern, pos + MAGIC_AT, last_magic_end) for pattern in _MAGIC_PATTERNS]
         found = [f - MAGIC_AT for f in found if f >= 0]
         if not found:
             return None
@@ -135,8 +137,8 @@ def walk(segment: Segment, start: int = 0, end: int | None = None, *, skip_corru
         size = len(buf)
         stop = size if end is None else min(end, size)
         pos = start
-        if start > 0:
-            found = resync(buf, segment.base, start, path)
+        if start > 0:  # only a record that starts before `stop` is this walk's
+            found = resync(buf, segment.base, start, path, limit=stop)
             if found is None:
                 return
             pos = found
