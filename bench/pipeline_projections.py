@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store = work / "store"
         build_store(store, args.messages, geometry)
+        os.sync()  # the store's pages written back before anything is timed
         baseline = store_rebuild(store, work / "rebuilt", geometry)
         store_bytes = baseline["log_bytes"]
         expected = projection_digests(work / "rebuilt")

@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = work / "store"
         build_store(root, args.messages, args.segment_mib * 1024 * 1024)
+        os.sync()  # the store's pages written back before any reader is timed, so no reader pays for it
         runs = [plain_scan(root) for _ in range(REPEATS)]
         plain = {**runs[0], "seconds": statistics.median(r["seconds"] for r in runs)}
         spark = {master: _spark_in_process(master, root) for master in MASTERS}
