@@ -24,9 +24,11 @@ class SourceOptions:
     skip_corrupt: bool = False
     split_bytes: int | None = None  # None: the data source's default
     progress_dir: Path | None = None  # where scan tasks report their progress (pipeline.progress)
+    body_topics: tuple[str, ...] = ()  # bodies of these topics' records only (when not with_body)
 
     def reader_options(self) -> dict[str, str]:
-        options = {"body": str(self.with_body).lower(), "skip_corrupt": str(self.skip_corrupt).lower()}
+        options = {"body": str(self.with_body).lower(), "skip_corrupt": str(self.skip_corrupt).lower(),
+                   "body_topics": ",".join(self.body_topics)}
         if self.split_bytes is not None:
             options["split_bytes"] = str(self.split_bytes)
         if self.progress_dir is not None:

@@ -40,8 +40,9 @@ class RowBuilder:
 
     MAX_HOSTS = 4096
 
-    def __init__(self, with_body: bool):
+    def __init__(self, with_body: bool, body_topics: frozenset[str] = frozenset()):
         self.with_body = with_body
+        self.body_topics = body_topics  # bodies of these topics' records even without with_body
         self._hosts: dict[HostAddress, str] = {}
 
     def host(self, address: HostAddress) -> str:
@@ -60,6 +61,7 @@ class RowBuilder:
             "born_timestamp": msg.born_timestamp, "born_host": self.host(msg.born_host),
             "store_timestamp": msg.store_timestamp, "store_host": self.host(msg.store_host),
             "reconsume_times": msg.reconsume_times, "tags": msg.tags, "keys": msg.keys,
-            "properties": list(msg.properties.items()), "body": msg.body if self.with_body else None,
+            "properties": list(msg.properties.items()),
+            "body": msg.body if self.with_body or msg.topic in self.body_topics else None,
             "copy_kind": topics.message_copy_kind(msg.topic, msg.properties), "original_id": original_id(msg),
         }

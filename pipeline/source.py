@@ -63,6 +63,7 @@ class CommitLogReader(DataSourceReader):
             raise ValueError("give the store directory: spark.read.format('rocketmq_commitlog').load(DIR)")
         self.store_dir = Path(path)
         self.with_body = _flag(options, "body")
+        self.body_topics = frozenset(t for t in str(options.get("body_topics", "")).split(",") if t)
         self.skip_corrupt = _flag(options, "skip_corrupt")
         self.split_bytes = _positive(options, "split_bytes", DEFAULT_SPLIT_BYTES)
         self.progress_dir = options.get("progress_dir") or None
@@ -102,7 +103,7 @@ class CommitLogReader(DataSourceReader):
         report = WalkReport()
         scan = self.filter
         pending: list[dict] = []
-        rows = RowBuilder(self.with_body)
+        rows = RowBuilder(self.with_body, self.body_topics)
         for msg in walk(partition.segment, partition.start, partition.end, skip_corrupt=self.skip_corrupt,
                         is_tail=partition.is_tail, report=report):
             if scan.matches(msg.topic, msg.store_timestamp, msg.phys_offset):

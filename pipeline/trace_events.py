@@ -6,9 +6,12 @@ own message trace) are left out."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipeline.options import SourceOptions
 from store import topics
 from store.trace import TraceKind
 
@@ -21,8 +24,13 @@ KINDS = tuple(kind.value for kind in TraceKind)
 
 
 def trace_records(records: DataFrame) -> DataFrame:
-    """The trace topic's records (read them with bodies)."""
+    """The trace topic's records (read them with bodies, see with_trace_bodies)."""
     return records.where(F.col("topic") == topics.TRACE_TOPIC)
+
+
+def with_trace_bodies(source: SourceOptions) -> SourceOptions:
+    """One scan for the messages and their events: bodies of the trace topic's records only."""
+    return replace(source, with_body=False, body_topics=(topics.TRACE_TOPIC,))
 
 
 def trace_events(trace: DataFrame) -> DataFrame:

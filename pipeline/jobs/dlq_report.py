@@ -19,7 +19,6 @@ with percentile_approx at an accuracy that is exact below TTD_ACCURACY dead lett
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from pyspark import StorageLevel
@@ -30,7 +29,7 @@ from pipeline.dead_letters import dead_letters
 from pipeline.message_ids import message_copies
 from pipeline.options import SourceOptions
 from pipeline.staged_output import staged_output
-from pipeline.trace_events import trace_records
+from pipeline.trace_events import trace_records, with_trace_bodies
 from store import topics
 
 TOP = 20
@@ -104,10 +103,9 @@ def report(dead: DataFrame, copies: DataFrame) -> dict[str, DataFrame]:
 
 
 def main(spark: SparkSession, source: SourceOptions, out: Path) -> dict[str, int]:
-    records = replace(source, with_body=False).read(spark).where(F.col("copy_kind") != "trace").persist(
-        StorageLevel.MEMORY_AND_DISK)
-    trace = trace_records(replace(source, with_body=True).read(spark))
-    dead = dead_letters(records, trace).persist(StorageLevel.MEMORY_AND_DISK)
+    scanned = with_trace_bodies(source).read(spark).persist(StorageLevel.MEMORY_AND_DISK)
+    records = scanned.where(F.col("copy_kind") != "trace")
+    dead = dead_letters(records, trace_records(scanned)).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         tables = report(dead, message_copies(records))
         with staged_output(out) as staging:
@@ -116,5 +114,5 @@ def main(spark: SparkSession, source: SourceOptions, out: Path) -> dict[str, int
         counted = dead.agg(F.count("*").alias("dead_letters"), F.countDistinct("group").alias("groups")).first()
     finally:
         dead.unpersist()
-        records.unpersist()
+        scanned.unpersist()
     return {"dead_letters": counted.dead_letters, "groups": counted.groups}

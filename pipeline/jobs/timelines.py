@@ -12,7 +12,6 @@ message's own is the smallest of its groups'."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from pyspark import StorageLevel
@@ -24,7 +23,7 @@ from pipeline.hops import HOP_DDL, copy_hops, event_hops, ordered_hops
 from pipeline.message_ids import message_copies, originals
 from pipeline.options import SourceOptions
 from pipeline.staged_output import staged_output
-from pipeline.trace_events import events_of, trace_events, trace_records
+from pipeline.trace_events import events_of, trace_events, trace_records, with_trace_bodies
 from pipeline.verdicts import VERDICT_DDL as SETTLED_DDL
 from pipeline.verdicts import with_verdicts
 from store.delay_levels import DelayLevels
@@ -54,9 +53,8 @@ def timelines(records: DataFrame, trace: DataFrame, progress: ConsumerProgress, 
 
 
 def main(spark: SparkSession, source: SourceOptions, out: Path) -> dict[str, int]:
-    records = replace(source, with_body=False).read(spark).where(F.col("copy_kind") != "trace").persist(
-        StorageLevel.MEMORY_AND_DISK)
-    trace = trace_records(replace(source, with_body=True).read(spark)).persist(StorageLevel.MEMORY_AND_DISK)
+    scanned = with_trace_bodies(source).read(spark).persist(StorageLevel.MEMORY_AND_DISK)
+    records, trace = scanned.where(F.col("copy_kind") != "trace"), trace_records(scanned)
     try:
         progress = read_progress(spark, source.store_dir, records)
         result = timelines(records, trace, progress, source.delay_table())
@@ -68,6 +66,5 @@ def main(spark: SparkSession, source: SourceOptions, out: Path) -> dict[str, int
                 .alias("dead_lettered"),
                 F.sum(F.col("traced").cast("int")).alias("traced")).first()
     finally:
-        records.unpersist()
-        trace.unpersist()
+        scanned.unpersist()
     return {name: int(written[name] or 0) for name in ("messages", "hops", "dead_lettered", "traced")}

@@ -83,6 +83,10 @@ def test_a_generated_store_with_retries_dead_letters_resends_and_trace(spark, ge
     assertDataFrameEqual(df, expected)
     kinds = {r.copy_kind for r in df.select("copy_kind").distinct().collect()}
     assert kinds == {"original", "dead_letter", "resent", "trace", "scheduled", "retry"}
+    trace_bodies = spark.read.format("rocketmq_commitlog").option("body_topics", topics.TRACE_TOPIC).load(
+        str(generated_store))
+    assertDataFrameEqual(trace_bodies, spark.createDataFrame(
+        [expected_row(m, with_body=m.topic == topics.TRACE_TOPIC) for m in messages], SCHEMA_DDL))
 
 
 def test_the_trace_job_writes_partitioned_parquet(spark, generated_store, tmp_path):
