@@ -52,8 +52,6 @@ def run(
         raise typer.BadParameter(f"unknown job {job!r}: use one of {', '.join(JOBS)}", param_hint="JOB")
     if not (store / "commitlog").is_dir():
         raise typer.BadParameter(f"{store} is not a store: it has no commitlog directory", param_hint="--store")
-    if out.resolve() == store.resolve() or store.resolve() in out.resolve().parents:
-        raise typer.BadParameter("the output must be outside the store, which is read-only", param_hint="--out")
     from pipeline.options import SourceOptions
     from pipeline.run import run_job
     from pipeline.session import job_session
@@ -66,6 +64,10 @@ def run(
         source.delay_table()
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    try:
+        source.check_output(out)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--out") from None
     show_bar = sys.stderr.isatty() if progress is None else progress
     final = run_job(job, source, out, partial(job_session, master), status_path=status,
                     bar=ProgressBar() if show_bar else None)

@@ -35,6 +35,12 @@ class SourceOptions:
             options["progress_dir"] = str(self.progress_dir)
         return options
 
+    def check_output(self, out: Path) -> None:
+        """Refuse an output folder that is the store or inside it: the store is only read."""
+        store, target = Path(self.store_dir).resolve(), Path(out).resolve()
+        if target == store or store in target.parents:
+            raise ValueError("the output must be outside the store, which is read-only")
+
     def read(self, spark: SparkSession) -> DataFrame:
         """The commit log as a DataFrame (the data source's schema)."""
         return spark.read.format(FORMAT).options(**self.reader_options()).load(str(self.store_dir))

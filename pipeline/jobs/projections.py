@@ -60,10 +60,7 @@ RANGE_BYTES = 64 * 1024 * 1024  # commit log bytes whose keys one task numbers
 
 def main(spark: SparkSession, source: SourceOptions, out: Path) -> dict[str, int]:
     segment_files(source.store_dir)  # a directory without a commit log fails here, in words
-    out = Path(out)
-    store_dir = Path(source.store_dir).resolve()
-    if out.resolve() == store_dir or store_dir in out.resolve().parents:
-        raise ValueError("the output must be outside the store, which is read-only")
+    source.check_output(out)
     with staged_output(out) as staging:
         paths = StorePaths(staging)
         paths.consumequeue.mkdir()
