@@ -145,6 +145,14 @@ def run_round(params: systems.Params, n: int, rounds: int) -> dict[str, dict[str
     log(f"{tag}mqlens: put one by one, {single:,} messages ...")
     out["mqlens-single"] = r = in_fresh_process(systems.run_mqlens_single, params)
     log(f"  {r['append']['msgs_per_s']:,.0f} msg/s")
+    warmups["mqlens-threads"] = warm(single)
+    log(f"{tag}mqlens: put one by one from 4 threads, {single:,} messages ...")
+    out["mqlens-threads"] = r = in_fresh_process(systems.run_mqlens_threads, params)
+    log(f"  {r['append']['msgs_per_s']:,.0f} msg/s")
+    warmups["sqlite-single"] = warm(single)
+    log(f"{tag}sqlite: one row per transaction, {single:,} rows ...")
+    out["sqlite-single"] = r = in_fresh_process(systems.run_sqlite_single, params)
+    log(f"  {r['append']['msgs_per_s']:,.0f} rows/s")
     for name, rate in warmups.items():
         out[name]["warmup_write_mb_per_s"] = rate
     return out

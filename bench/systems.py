@@ -169,7 +169,8 @@ def _lookup_targets(wl: Workload, params: Params) -> tuple[list[int], list[int],
 
 # -- mqlens ----------------------------------------------------------------------------------------
 def _check_dispatched(store) -> None:
-    """Dispatch runs inside put_many, so the timed appends include it; make sure nothing is left."""
+    """Dispatch runs behind the appends: the timed region ends once it has projected everything."""
+    store.catch_up()
     expect(store.dispatch_lag_bytes() == 0, "dispatch did not complete")
 
 
@@ -299,6 +300,88 @@ def run_mqlens_single(params: Params) -> dict[str, Any]:
 
 
 # -- plain buffered file write -------------------------------------------------------------------
+def run_mqlens_threads(params: Params, threads: int = 4) -> dict[str, Any]:
+    """`put` of one message per call from `threads` threads at once, on the first
+    `single_messages` messages (message i from thread i % threads), in a store of its own."""
+    import threading
+
+    from store.message_store import MessageStore, StoreConfig
+
+    n = min(params.single_messages, params.messages)
+    wl = Workload(params.messages, params.seed, params.key_window)
+    mem_start = start_memory()
+    root = _fresh_dir(params, "mqlens-threads")
+    store = MessageStore.open(root, StoreConfig(flush="async", trace=False))
+    try:
+        msgs = [new_message(f) for fields in wl.batches(params.batch, stop=n) for f in fields]
+        shares = [msgs[t::threads] for t in range(threads)]
+        start = threading.Barrier(threads + 1)
+        failures: list[BaseException] = []
+
+        def producer(share) -> None:
+            put = store.put
+            start.wait()
+            try:
+                for m in share:
+                    put(m)
+            except BaseException as exc:
+                failures.append(exc)
+
+        workers = [threading.Thread(target=producer, args=(share,)) for share in shares]
+        for w in workers:
+            w.start()
+        clock = time.perf_counter
+        start.wait()
+        t0 = clock()
+        for w in workers:
+            w.join()
+        put_s = clock() - t0
+        expect(not failures, f"a producer thread failed: {failures[:1]}")
+        t0 = clock()
+        _check_dispatched(store)
+        store.flush()
+        flush_s = clock() - t0
+        expect(sum(high for _, _, high in store.topics()[TOPIC]) == n, "messages missing")
+    finally:
+        store.close()
+    return _finish({
+        "system": "mqlens-threads",
+        "append": {"messages": n, "batch": 1, "threads": threads, "put_s": put_s, "flush_s": flush_s,
+                   "seconds": put_s + flush_s, "msgs_per_s": n / (put_s + flush_s)},
+    }, wl, mem_start, root)
+
+
+def run_sqlite_single(params: Params) -> dict[str, Any]:
+    """One INSERT per transaction (autocommit), the first `single_messages` messages."""
+    n = min(params.single_messages, params.messages)
+    wl = Workload(params.messages, params.seed, params.key_window)
+    mem_start = start_memory()
+    root = _fresh_dir(params, "sqlite-single")
+    conn = _sqlite_open(root)
+    try:
+        clock = time.perf_counter
+        insert_s = 0.0
+        for fields in wl.batches(params.batch, stop=n):
+            rows = _sqlite_rows(fields)
+            execute = conn.execute
+            t0 = clock()
+            for row in rows:
+                execute(SQLITE_INSERT, row)
+            insert_s += clock() - t0
+        t0 = clock()
+        conn.execute("PRAGMA wal_checkpoint(FULL)")
+        flush_s = clock() - t0
+        expect(conn.execute("SELECT count(*) FROM msg").fetchone()[0] == n, "rows missing")
+    finally:
+        conn.close()
+    seconds = insert_s + flush_s
+    return _finish({
+        "system": "sqlite-single",
+        "append": {"messages": n, "batch": 1, "insert_s": insert_s, "flush_s": flush_s, "seconds": seconds,
+                   "msgs_per_s": n / seconds},
+    }, wl, mem_start, root)
+
+
 def _header(f: Fields, length: int) -> bytes:
     """A header of exactly `length` bytes: fixed fields, then the properties text, zero-padded."""
     fixed = (length + len(f.body)).to_bytes(4, "big") + f.queue_id.to_bytes(4, "big") + \
@@ -364,24 +447,34 @@ SQLITE_BY_KEY = (f"SELECT {_COLUMNS} FROM msg WHERE topic = ?1 AND key1 = ?2 UNI
                  f"SELECT {_COLUMNS} FROM msg WHERE topic = ?1 AND key2 = ?2 AND key1 IS NOT ?2")
 
 
+def _sqlite_open(root: Path) -> sqlite3.Connection:
+    """The baseline database: WAL, synchronous=NORMAL, the schema with its three indexes."""
+    conn = sqlite3.connect(root / "bench.db", isolation_level=None)
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    expect(mode == "wal", f"journal mode {mode}")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    for stmt in SQLITE_SCHEMA:
+        conn.execute(stmt)
+    return conn
+
+
+def _sqlite_rows(fields: list[Fields]) -> list[tuple]:
+    now = time.time_ns() // 1_000_000
+    return [(TOPIC, f.queue_id, f.queue_offset, f.key, f.shared_key, f.unique_key, f.tags, f.body, now)
+            for f in fields]
+
+
 def run_sqlite(params: Params) -> dict[str, Any]:
     wl = Workload(params.messages, params.seed, params.key_window)
     mem_start = start_memory()
     root = _fresh_dir(params, "sqlite")
-    conn = sqlite3.connect(root / "bench.db", isolation_level=None)
+    conn = _sqlite_open(root)
     try:
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        expect(mode == "wal", f"journal mode {mode}")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        for stmt in SQLITE_SCHEMA:
-            conn.execute(stmt)
         clock = time.perf_counter
         insert_s = 0.0
         wall0 = clock()
         for fields in wl.batches(params.batch):
-            now = time.time_ns() // 1_000_000
-            rows = [(TOPIC, f.queue_id, f.queue_offset, f.key, f.shared_key, f.unique_key, f.tags, f.body, now)
-                    for f in fields]
+            rows = _sqlite_rows(fields)
             t0 = clock()
             conn.execute("BEGIN")
             conn.executemany(SQLITE_INSERT, rows)

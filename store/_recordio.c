@@ -206,6 +206,56 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(encode_one_doc,
+"encode_one(segment, seg_pos, seg_size, layout, item, queue_offset, phys, store_ts, store_addr,\n"
+"           store_port) -> written\n\n"
+"Encode one item at seg_pos of a segment buffer (the single-message put). Returns the bytes\n"
+"written, or 0 when the record would not leave room for a BLANK behind it.");
+
+static PyObject *encode_one(PyObject *self, PyObject *args)
+{
+    Py_buffer seg = {0}, store_addr = {0};
+    PyObject *layout_obj, *item;
+    Py_ssize_t seg_pos, seg_size;
+    long long queue_offset, phys, store_ts;
+    long store_port;
+    Layout l;
+    Item it;
+    PyObject *result = NULL;
+
+    if (!PyArg_ParseTuple(args, "w*nnOOLLLy*l", &seg, &seg_pos, &seg_size, &layout_obj, &item, &queue_offset,
+                          &phys, &store_ts, &store_addr, &store_port))
+        return NULL;
+    if (!parse_layout(layout_obj, &l))
+        goto done;
+    if (store_addr.len != 4 && store_addr.len != 16) {
+        PyErr_SetString(PyExc_ValueError, "the store address has 4 or 16 bytes");
+        goto done;
+    }
+    if (seg_pos < 0 || seg_pos > seg_size || seg_size > seg.len) {
+        PyErr_SetString(PyExc_ValueError, "seg_pos or seg_size out of range");
+        goto done;
+    }
+    if (!parse_item(item, &it))
+        goto done;
+    Py_ssize_t size = item_size(&l, &it, store_addr.len);
+    if (size != it.size || (it.born_addr.len != 4 && it.born_addr.len != 16)) {
+        release_item(&it);
+        PyErr_Format(PyExc_ValueError, "declared size %zd, encoded size %zd", it.size, size);
+        goto done;
+    }
+    int fits = seg_pos == 0 ? size <= seg_size : size + l.blank_min <= seg_size - seg_pos;
+    if (fits)
+        write_record((unsigned char *)seg.buf + seg_pos, &l, &it, queue_offset, phys, store_ts, &store_addr,
+                     store_port);
+    release_item(&it);
+    result = PyLong_FromSsize_t(fits ? size : 0);
+done:
+    PyBuffer_Release(&seg);
+    PyBuffer_Release(&store_addr);
+    return result;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* scan_records                                                                              */
 
@@ -989,14 +1039,175 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* index_key_hash and the key filter                                                         */
+
+/* String.hashCode continued over a str's UTF-16 code units. */
+static int str_java_hash(PyObject *text, uint32_t *h)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "expected str");
+        return 0;
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    uint32_t v = *h;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        v = java_hash(v, (const unsigned char *)data, n);
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (c > 0xFFFF) {
+                c -= 0x10000;
+                v = 31u * v + (0xD800 + (c >> 10));
+                v = 31u * v + (0xDC00 + (c & 0x3FF));
+            } else {
+                v = 31u * v + c;
+            }
+        }
+    }
+    *h = v;
+    return 1;
+}
+
+PyDoc_STRVAR(index_key_hash_doc,
+"index_key_hash(topic, key) -> int\n\n"
+"The index hash of topic#key: abs(String.hashCode), Integer.MIN_VALUE giving 0.");
+
+static PyObject *index_key_hash(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "index_key_hash takes a topic and a key");
+        return NULL;
+    }
+    uint32_t h = 0;
+    const unsigned char sep = '#';
+    if (!str_java_hash(args[0], &h))
+        return NULL;
+    h = java_hash(h, &sep, 1);
+    if (!str_java_hash(args[1], &h))
+        return NULL;
+    return PyLong_FromLong(index_hash(h));
+}
+
+/* Three bit positions of a key hash in a filter of 2^k bits, from a 64-bit mix of the hash. */
+static void filter_bits(uint64_t hash, uint64_t mask, uint64_t bits[3])
+{
+    uint64_t z = hash + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    uint64_t step = (z >> 32) | 1;
+    for (int i = 0; i < 3; i++)
+        bits[i] = (z + (uint64_t)i * step) & mask;
+}
+
+static int filter_mask(const Py_buffer *buf, uint64_t *mask)
+{
+    uint64_t nbits = (uint64_t)buf->len * 8;
+    if (nbits < 8 || (nbits & (nbits - 1))) {
+        PyErr_SetString(PyExc_ValueError, "a key filter's size must be a power of two bytes");
+        return 0;
+    }
+    *mask = nbits - 1;
+    return 1;
+}
+
+PyDoc_STRVAR(filter_add_doc,
+"filter_add(bitmap, hashes) -> None\n\n"
+"Set the bits of every key hash (an int64 buffer, or one int) in a filter bitmap (a writable buffer of a\n"
+"power-of-two size). A long run goes without the interpreter lock.");
+
+static PyObject *filter_add(PyObject *self, PyObject *args)
+{
+    Py_buffer map = {0}, hashes = {0};
+    uint64_t mask;
+    PyObject *map_obj, *hashes_obj;
+    int64_t one;
+    if (!PyArg_ParseTuple(args, "OO", &map_obj, &hashes_obj))
+        return NULL;
+    if (PyObject_GetBuffer(map_obj, &map, PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (PyLong_Check(hashes_obj)) {
+        one = PyLong_AsLongLong(hashes_obj);
+        if (one == -1 && PyErr_Occurred()) {
+            PyBuffer_Release(&map);
+            return NULL;
+        }
+    } else if (PyObject_GetBuffer(hashes_obj, &hashes, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&map);
+        return NULL;
+    }
+    if (!filter_mask(&map, &mask)) {
+        PyBuffer_Release(&map);
+        PyBuffer_Release(&hashes);
+        return NULL;
+    }
+    unsigned char *bitmap = (unsigned char *)map.buf;
+    const int64_t *h = hashes.buf ? (const int64_t *)hashes.buf : &one;
+    Py_ssize_t n = hashes.buf ? hashes.len / 8 : 1;
+    PyThreadState *released = n >= 4096 ? PyEval_SaveThread() : NULL; /* a few keys: not worth a switch */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t bits[3];
+        filter_bits((uint64_t)h[i], mask, bits);
+        for (int b = 0; b < 3; b++)
+            bitmap[bits[b] >> 3] |= (unsigned char)(1u << (bits[b] & 7));
+    }
+    if (released)
+        PyEval_RestoreThread(released);
+    PyBuffer_Release(&map);
+    PyBuffer_Release(&hashes);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(filter_has_doc,
+"filter_has(bitmaps, hash) -> bool\n\n"
+"False when the key hash is certainly in none of the filter bitmaps (a list of buffers).");
+
+static PyObject *filter_has(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "filter_has takes a list of bitmaps and a hash");
+        return NULL;
+    }
+    long long hash = PyLong_AsLongLong(args[1]);
+    if (hash == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(args[0]);
+    for (Py_ssize_t g = 0; g < count; g++) {
+        Py_buffer map;
+        uint64_t mask, bits[3];
+        if (PyObject_GetBuffer(PyList_GET_ITEM(args[0], g), &map, PyBUF_SIMPLE) < 0)
+            return NULL;
+        if (!filter_mask(&map, &mask)) {
+            PyBuffer_Release(&map);
+            return NULL;
+        }
+        filter_bits((uint64_t)hash, mask, bits);
+        const unsigned char *bitmap = (const unsigned char *)map.buf;
+        int all = 1;
+        for (int b = 0; b < 3 && all; b++)
+            all = (bitmap[bits[b] >> 3] >> (bits[b] & 7)) & 1;
+        PyBuffer_Release(&map);
+        if (all)
+            Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS, encode_run_doc},
+    {"encode_one", encode_one, METH_VARARGS, encode_one_doc},
     {"scan_records", scan_records, METH_VARARGS, scan_records_doc},
     {"build_items", build_items, METH_VARARGS, build_items_doc},
     {"populate", populate, METH_VARARGS, populate_doc},
     {"index_put", index_put, METH_VARARGS, index_put_doc},
     {"put_results", put_results, METH_VARARGS, put_results_doc},
     {"assign_queue_offsets", assign_queue_offsets, METH_VARARGS, assign_queue_offsets_doc},
+    {"index_key_hash", (PyCFunction)(void (*)(void))index_key_hash, METH_FASTCALL, index_key_hash_doc},
+    {"filter_add", filter_add, METH_VARARGS, filter_add_doc},
+    {"filter_has", (PyCFunction)(void (*)(void))filter_has, METH_FASTCALL, filter_has_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,7 +15,7 @@ from store.hosts import HostAddress
 from store.layouts import BLANK, BLANK_MIN_LENGTH, MAGIC_BLANK
 from store.mapped_file import MappedFile
 from store.paths import is_offset_name, offset_to_name
-from store.recordio import encode_run, record_layout
+from store.recordio import encode_one, encode_run, record_layout
 from store.segment_warmer import SegmentWarmer
 
 
@@ -131,6 +131,22 @@ class CommitLog:
                 self.end += self.file_size - pos
         self._warmer.advance(self.end)
         return phys
+
+    def append_one(self, item: tuple, queue_offset: int, store_timestamp: int, store_host: HostAddress) -> int:
+        """append_records for a single record: its physical offset."""
+        end = self.end
+        seg = self._segment_for(end)
+        if seg is not None:
+            pos = end % self.file_size
+            written = encode_one(seg.buf, pos, self.file_size, record_layout(), item, queue_offset, end,
+                                 store_timestamp, store_host.address, store_host.port)
+            if written:
+                seg.mark_dirty(pos, pos + written)
+                self.end = end + written
+                self._warmer.advance(self.end)
+                return end
+        offsets = np.array([queue_offset], dtype=np.int64)
+        return int(self.append_records([item], offsets, store_timestamp, store_host)[0])
 
     def _reserve(self, sizes: list[int]) -> None:
         """Create every segment the records will reach before a byte is written, so running out

@@ -1,36 +1,80 @@
 """Producer duplicate suppression: a message whose client-given unique key was stored within the
-window is not stored again; the producer gets the first copy's result (safe client retries)."""
+window is not stored again; the producer gets the first copy's result (safe client retries).
+
+Checking the index for every send would cost more than the send itself, so a compact filter of
+the index hashes (topic#unique key) stored within the window answers first: "certainly new" for
+nearly every message, "maybe" for a repeat and for a small share of false alarms, which the index
+then settles."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Any
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from store.recordio import filter_add, filter_has
 
 DEFAULT_WINDOW_MS = 10 * 60 * 1000
-MAX_REMEMBERED = 1_000_000
+GENERATION_BYTES = 2 << 20  # 16 bits per key at the capacity below: about 0.5 % false alarms
+GENERATION_KEYS = 1 << 20
+MAX_GENERATIONS = 16  # at most 32 MiB; past it the newest generation fills on (more false alarms)
 
 
-class RecentUniqueKeys:
-    """Results of recent puts by unique key, forgotten after `window_ms` or beyond `limit` keys."""
+@dataclass
+class _Generation:
+    started_ms: int
+    newest_ms: int
+    keys: int = 0
+    bitmap: bytearray = field(default_factory=lambda: bytearray(GENERATION_BYTES))
 
-    def __init__(self, window_ms: int = DEFAULT_WINDOW_MS, limit: int = MAX_REMEMBERED):
+
+class RecentKeyFilter:
+    """Index hashes added within the last `window_ms`, in generations of bitmaps: a generation
+    takes keys until it holds its capacity or spans the window, and is dropped once its newest
+    key is older than the window. A key is never dropped while inside the window."""
+
+    def __init__(self, window_ms: int = DEFAULT_WINDOW_MS, generation_keys: int = GENERATION_KEYS,
+                 max_generations: int = MAX_GENERATIONS):
         self.window_ms = window_ms
-        self.limit = limit
-        self._seen: OrderedDict[str, tuple[int, Any]] = OrderedDict()
+        self.generation_keys = generation_keys
+        self.max_generations = max_generations
+        self._generations: list[_Generation] = []
+        self._bitmaps: list[bytearray] = []
 
-    def get(self, unique_key: str, now_ms: int) -> Any | None:
-        found = self._seen.get(unique_key)
-        if found is None or found[0] < now_ms - self.window_ms:
-            return None
-        return found[1]
+    def might_hold(self, key_hash: int) -> bool:
+        return filter_has(self._bitmaps, key_hash)
 
-    def remember(self, unique_key: str, result: Any, now_ms: int) -> None:
-        self._seen[unique_key] = (now_ms, result)
-        self._seen.move_to_end(unique_key)
-        self._expire(now_ms)
+    def add(self, key_hash: int, now_ms: int) -> None:
+        gen = self._current(now_ms)
+        filter_add(gen.bitmap, key_hash)
+        gen.keys += 1
+        if now_ms > gen.newest_ms:
+            gen.newest_ms = now_ms
 
-    def _expire(self, now_ms: int) -> None:
+    def add_many(self, key_hashes: np.ndarray, now_ms: int) -> None:
+        gen = self._current(now_ms)
+        filter_add(gen.bitmap, np.ascontiguousarray(key_hashes, dtype=np.int64))
+        gen.keys += len(key_hashes)
+        gen.newest_ms = max(gen.newest_ms, now_ms)
+
+    def _current(self, now_ms: int) -> _Generation:
+        gens = self._generations
+        if gens:
+            last, first = gens[-1], gens[0]
+            if (last.keys < self.generation_keys and now_ms - last.started_ms < self.window_ms
+                    and first.newest_ms >= now_ms - self.window_ms):
+                return last
         horizon = now_ms - self.window_ms
-        seen = self._seen
-        while seen and (len(seen) > self.limit or next(iter(seen.values()))[0] < horizon):
-            seen.popitem(last=False)
+        while gens and gens[0].newest_ms < horizon:
+            gens.pop(0)
+        last = gens[-1] if gens else None
+        roll = last is None or last.keys >= self.generation_keys or now_ms - last.started_ms >= self.window_ms
+        if roll and (last is None or len(gens) < self.max_generations):
+            last = _Generation(now_ms, now_ms)
+            gens.append(last)
+        self._bitmaps = [g.bitmap for g in gens]
+        return last
+
+    @property
+    def generations(self) -> int:
+        return len(self._generations)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from store.layouts import INDEX_ENTRY, INDEX_ENTRY_FIELDS, INDEX_HEADER, INDEX_S
 from store.mapped_file import MappedFile
 from store.paths import index_name_for, is_index_name
 from store.recordio import index_put
+
+ENTRY_DTYPE = np.dtype([(name, ">" + code) for name, code in INDEX_ENTRY_FIELDS])
 
 
 def index_key(topic: str, key: str) -> str:
@@ -75,6 +78,11 @@ class IndexFile:
 
     def slot(self, slot: int) -> int:
         return INDEX_SLOT.unpack_from(self.file.buf, INDEX_HEADER.size + slot * INDEX_SLOT.size)[0]
+
+    def used(self) -> np.ndarray:
+        """The used entries (ENTRY_DTYPE), entry 1 first."""
+        return np.frombuffer(self.file.buf, dtype=ENTRY_DTYPE, count=self.used_entries,
+                             offset=self._entries_at + INDEX_ENTRY.size)
 
     def time_matches(self, begin: int, end: int) -> bool:
         fb, fe = self.begin_timestamp, self.end_timestamp
@@ -148,12 +156,51 @@ class IndexService:
     def put_hashes(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> None:
         """Index keys given by their hash, in commit log order; keys of records the index
         already covers are skipped, so replaying a batch changes nothing."""
-        fresh = phys >= self.end_phys
+        end = self.end_phys
+        fresh = phys >= end
+        if len(phys) and phys[0] == end:
+            fresh &= self._not_yet_indexed_at(end, hashes, phys)
         if not fresh.all():
             hashes, phys, times = hashes[fresh], phys[fresh], times[fresh]
         done = 0
         while done < len(hashes):
             done += self._writable_file().put_many(hashes[done:], phys[done:], times[done:])
+
+    def _not_yet_indexed_at(self, end: int, hashes: np.ndarray, phys: np.ndarray) -> np.ndarray:
+        """False for the keys of the record at `end` (the newest one indexed) that are already in:
+        a replay offers that record again, and a file may have filled in the middle of its keys."""
+        present = Counter(self._hashes_at(end))
+        keep = np.ones(len(phys), dtype=bool)
+        for row in np.flatnonzero(phys == end).tolist():
+            h = int(hashes[row])
+            if present[h]:
+                present[h] -= 1
+                keep[row] = False
+        return keep
+
+    def _hashes_at(self, phys: int) -> list[int]:
+        """Hashes of the newest entries pointing at `phys`, through every file they span."""
+        found = []
+        for f in reversed(self.files):
+            for number in range(f.used_entries, 0, -1):
+                entry_hash, entry_phys, _, _ = f.entry(number)
+                if entry_phys != phys:
+                    return found
+                found.append(entry_hash)
+            if f.begin_phys != phys:
+                break
+        return found
+
+    def key_hashes_since(self, since_ms: int) -> np.ndarray:
+        """Hashes of the keys indexed at or after `since_ms` (entry times are whole seconds: a
+        second earlier too)."""
+        parts = [np.zeros(0, dtype=np.int64)]
+        for f in self.files:
+            if f.used_entries and f.end_timestamp >= since_ms - 1000:
+                found = f.used()
+                times = f.begin_timestamp + found["time_diff"].astype(np.int64) * 1000
+                parts.append(found["key_hash"][times >= since_ms - 1000].astype(np.int64))
+        return np.concatenate(parts)
 
     def query(self, topic: str, key: str, begin: int = 0, end: int = 2**63 - 1) -> Iterator[int]:
         """Candidate physical offsets for topic#key, newest first. Only the hash is compared:

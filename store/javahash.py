@@ -19,7 +19,7 @@ def java_string_hash(text: str) -> int:
         for byte in text.encode("ascii"):
             h = (31 * h + byte) & _MASK
     else:
-        units = text.encode("utf-16-be")
+        units = text.encode("utf-16-be", "surrogatepass")  # Java hashes lone surrogates too
         for i in range(0, len(units), 2):
             h = (31 * h + (units[i] << 8 | units[i + 1])) & _MASK
     return _to_int32(h)

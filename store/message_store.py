@@ -19,7 +19,7 @@ from store.clock import Clock, SystemClock
 from store.codec import COMPRESSED_FLAG, StoredMessage
 from store.commitlog import CommitLog, RecoveryResult
 from store.consume_queue import ConsumeQueues
-from store.dedupe import DEFAULT_WINDOW_MS, RecentUniqueKeys
+from store.dedupe import DEFAULT_WINDOW_MS, RecentKeyFilter
 from store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels, read_delay_levels, write_delay_levels
 from store.delivery_time import parse_deliver_ms
 from store.disk_guard import DiskGuard
@@ -44,7 +44,7 @@ from store.pop import PopService, Received
 from store.pull import SCAN_LIMIT_FACTOR, PullResult, TagFilter, check_consumable, check_pull_size
 from store.receipt import ReceiptHandleError
 from store.record_builder import NewMessage, RecordBuilder, is_valid_key
-from store.recordio import assign_queue_offsets, put_results
+from store.recordio import assign_queue_offsets, index_key_hash, put_results
 from store.retention import DEFAULT_RESERVED_HOURS, HOUR_MS, Expiry, RetentionPass, expired_until, expiry_of
 from store.retry import SendBack, origin_topic, route_send_back
 from store.schedule import MAX_DELIVERIES_PER_PASS, DeliveryPass, ScheduleService
@@ -53,6 +53,7 @@ from store.timer import TimerService
 from store.trace import TraceEvent, TraceKind, decode_trace, ordered, trace_message
 
 MAX_QUERY_RESULTS = 10_000
+MAX_DISPATCH_LAG_BYTES = 4 << 20  # beyond this an append projects the backlog itself
 TRACE_BATCH_EVENTS = 512
 
 
@@ -123,21 +124,61 @@ class MessageStore:
         self._scheduler_thread: threading.Thread | None = None
         self._retention_thread: threading.Thread | None = None
         self._stop_flusher = threading.Event()
+        self._dispatch_thread: threading.Thread | None = None
+        self._dispatch_wake = threading.Event()  # set by appends: the dispatcher has records to project
+        self.dispatch_error: Exception | None = None  # the dispatcher thread's last failure, if any
         self._schedule_wake = threading.Event()  # set by a put of a message due before the planned wake-up
         self._wake_at_ms = 0
         self._queue_offsets: dict[tuple[bytes, int], int] = {}
         self._pending_trace: list[TraceEvent] = []
-        self._recent = RecentUniqueKeys(config.dedupe_window_ms) if config.dedupe_window_ms > 0 else None
+        self._recent = RecentKeyFilter(config.dedupe_window_ms) if config.dedupe_window_ms > 0 else None
         self._opened_at_ms = clock.now_ms()
         self.stats = StoreStats(self._opened_at_ms)
         self.commitlog: CommitLog
         self.metadata: Metadata
         self.offsets: ConsumerOffsets
         self._builder: RecordBuilder
-        self.queues: ConsumeQueues
-        self.index: IndexService
+        self._queues: ConsumeQueues
+        self._index: IndexService
         self.dispatcher: Dispatcher
         self.pop: PopService
+
+    @property
+    def queues(self) -> ConsumeQueues:
+        """The consume queues, with every record appended so far projected into them."""
+        self.catch_up()
+        return self._queues
+
+    @property
+    def index(self) -> IndexService:
+        """The index files, with every record appended so far projected into them."""
+        self.catch_up()
+        return self._index
+
+    def catch_up(self) -> None:
+        """Project what the dispatcher thread has not reached yet, here and now (read-your-writes):
+        a reader waits at most for the batch the dispatcher is writing, then does the rest."""
+        if self.dispatcher.dispatched_to < self.commitlog.end:
+            with self._lock:
+                if not self._closed:
+                    self.dispatcher.dispatch_pending()
+
+    def _dispatch_loop(self) -> None:
+        """Project appended records into consume queues and index in whatever batches have
+        accumulated since the last pass (RocketMQ's ReputMessageService)."""
+        while True:
+            self._dispatch_wake.wait()
+            if self._stop_flusher.is_set():
+                return
+            self._dispatch_wake.clear()
+            try:
+                with self._lock:
+                    if self._closed:
+                        return
+                    self.dispatcher.dispatch_pending()
+                self.dispatch_error = None
+            except Exception as exc:  # readers catch up themselves and see it; the next append retries
+                self.dispatch_error = exc
 
     # -- opening and closing -----------------------------------------------------------------
     @classmethod
@@ -160,13 +201,13 @@ class MessageStore:
         self.abnormal_shutdown = self.paths.abort.exists()
         self.commitlog = CommitLog(self.paths.commitlog, self.geometry.commitlog_file_size, writable=False)
         self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
-        self.queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=False)
-        for cq in self.queues:
+        self._queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=False)
+        for cq in self._queues:
             cq.drop_before_phys(self.commitlog.min_offset)
-        self.index = IndexService(self.paths.index, self.geometry.index_slots, self.geometry.index_entries,
-                                  self.clock, writable=False)
+        self._index = IndexService(self.paths.index, self.geometry.index_slots, self.geometry.index_entries,
+                                   self.clock, writable=False)
         self.delay_levels = read_delay_levels(self.paths.config, self.config.delay_levels)
-        self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index, self.delay_levels)
+        self.dispatcher = Dispatcher(self.commitlog, self._queues, self._index, self.delay_levels)
         self.dispatcher.dispatched_to = self.commitlog.end
         self._open_config(writable=False)
 
@@ -176,10 +217,10 @@ class MessageStore:
                                  default_queues=self.config.default_queue_count,
                                  schedule_queues=self.delay_levels.max_level, writable=writable)
         self.metadata.adopt({topic: max(cq.queue_id for cq in queues) + 1
-                             for topic, queues in self.queues.topics().items()})
+                             for topic, queues in self._queues.topics().items()})
         self.offsets = ConsumerOffsets(self.paths.config)
-        self.scheduler = ScheduleService(self.paths.config, self.queues, self.delay_levels)
-        self.timer = TimerService(self.paths.config, self.queues)
+        self.scheduler = ScheduleService(self.paths.config, self._queues, self.delay_levels)
+        self.timer = TimerService(self.paths.config, self._queues)
         self.pop = PopService(self)
 
     def _open_read_write(self) -> None:
@@ -196,15 +237,15 @@ class MessageStore:
         if self.recovery.truncated_bytes:
             self.commitlog.truncate_after(self.recovery.end)
         end = self.commitlog.end
-        self.queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=True)
-        for cq in self.queues:
+        self._queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=True)
+        for cq in self._queues:
             cq.truncate_after_phys(end)
             cq.drop_before_phys(self.commitlog.min_offset)
-        self.index = IndexService(self.paths.index, self.geometry.index_slots, self.geometry.index_entries,
-                                  self.clock, writable=True)
-        index_rebuild_from = self.index.truncate_after_phys(end)
+        self._index = IndexService(self.paths.index, self.geometry.index_slots, self.geometry.index_entries,
+                                   self.clock, writable=True)
+        index_rebuild_from = self._index.truncate_after_phys(end)
         self.delay_levels = read_delay_levels(self.paths.config, self.config.delay_levels)
-        self.dispatcher = Dispatcher(self.commitlog, self.queues, self.index, self.delay_levels)
+        self.dispatcher = Dispatcher(self.commitlog, self._queues, self._index, self.delay_levels)
         self.dispatcher.dispatched_to = self._replay_start(index_rebuild_from)
         self.dispatcher.dispatch_pending()
         self._open_config(writable=True)
@@ -214,6 +255,11 @@ class MessageStore:
             ids.UniqueKeyFactory(self.store_host, self.clock))
         self._builder.timer_floor_ms = self.timer.floor_ms
         self._fit_schedule_topic()
+        if self._recent is not None:
+            now = self.clock.now_ms()
+            self._recent.add_many(self._index.key_hashes_since(now - self._recent.window_ms), now)
+        self._dispatch_thread = threading.Thread(target=self._dispatch_loop, name="mqlens-dispatch", daemon=True)
+        self._dispatch_thread.start()
         if self.config.flush == "async":
             self._flusher = self._start_periodic("mqlens-flush", self.config.flush_interval_ms, self.flush)
         if self.config.retention_check_ms > 0:
@@ -228,13 +274,13 @@ class MessageStore:
     def _replay_start(self, index_rebuild_from: int | None) -> int:
         """Where dispatch must resume: the earliest point some projection may be missing."""
         cq_progress = self.commitlog.min_offset
-        for cq in self.queues:
+        for cq in self._queues:
             last = cq.last_unit()
             if last is not None and last.size != 0x7FFFFFFF:
                 cq_progress = max(cq_progress, last.phys_offset + last.size)
         starts = [cq_progress]
-        if self.index.files:
-            starts.append(self.index.end_phys)
+        if self._index.files:
+            starts.append(self._index.end_phys)
         else:
             starts.append(self.commitlog.min_offset)
         if index_rebuild_from is not None:
@@ -423,7 +469,8 @@ class MessageStore:
             return
         self._stop_flusher.set()
         self._schedule_wake.set()
-        for thread in (self._flusher, self._scheduler_thread, self._retention_thread):
+        self._dispatch_wake.set()
+        for thread in (self._flusher, self._scheduler_thread, self._retention_thread, self._dispatch_thread):
             if thread is not None:
                 thread.join()
         with self._flush_lock, self._lock:
@@ -431,8 +478,8 @@ class MessageStore:
                 self.flush()
             self._closed = True
             self.commitlog.close()
-            self.queues.close()
-            self.index.close()
+            self._queues.close()
+            self._index.close()
             if not self.read_only:
                 self.paths.abort.unlink(missing_ok=True)
         self._release()
@@ -445,9 +492,10 @@ class MessageStore:
 
     # -- writing -----------------------------------------------------------------------------
     @contextmanager
-    def _writing(self, wait_ms: int | None = None) -> Iterator[None]:
-        """The store lock, for a change to a store that is open for writing. With `wait_ms`, a
-        store busier than that refuses the change (flow control) instead of queueing it."""
+    def _writing(self, wait_ms: int | None = None, *, caught_up: bool = True) -> Iterator[None]:
+        """The store lock, for a change to a store that is open for writing, with the projections
+        caught up unless the change only appends. With `wait_ms`, a store busier than that
+        refuses the change (flow control) instead of queueing it."""
         if self.read_only:
             raise ReadOnlyStoreError("the store is open read-only")
         if not self._lock.acquire(timeout=-1 if wait_ms is None else wait_ms / 1000):
@@ -455,12 +503,33 @@ class MessageStore:
         try:
             if self._closed:
                 raise StoreError("the store is closed")
+            if caught_up:
+                self.dispatcher.dispatch_pending()
             yield
         finally:
             self._lock.release()
 
     def put(self, message: NewMessage) -> PutResult:
-        return self.put_many([message])[0]
+        """One message, as put_many([message]) would store it, by the single-send path."""
+        key = message.unique_key or (message.properties.get(topics.UNIQ_KEY) if message.properties else None)
+        with self._writing(self.config.put_wait_ms, caught_up=False):
+            self._disk_guard.check()
+            now = self.clock.now_ms()
+            recent = self._recent
+            if recent is not None and key and type(key) is str:
+                earlier = self._stored_recently(message, key, now)
+                if earlier is not None:
+                    self._trace([TraceEvent(TraceKind.DUPLICATE, key, now, earlier.topic, earlier.queue_id,
+                                            earlier.queue_offset, earlier.offset_msg_id)], now)
+                    self.stats.count_put(1)
+                    return earlier
+            result = self._append_one(self._builder.build_many([message], now)[0], now)
+            if recent is not None and key and type(key) is str:
+                recent.add(index_key_hash(result.topic, key), now)
+            if self.config.trace:
+                self._trace(self._put_events([message], [result], now), now)
+            self.stats.count_put(1)
+            return result
 
     def put_many(self, messages: Iterable[NewMessage]) -> list[PutResult]:
         """Append messages in order; with sync flush they are on disk when this returns.
@@ -469,7 +538,7 @@ class MessageStore:
         whole batch. A message whose client-given unique key was stored within the dedupe
         window is not stored again: its result is the first copy's."""
         batch = list(messages)
-        with self._writing(self.config.put_wait_ms):
+        with self._writing(self.config.put_wait_ms, caught_up=False):
             self._disk_guard.check()
             now = self.clock.now_ms()
             if self._recent is not None and any(m.unique_key or topics.UNIQ_KEY in m.properties for m in batch):
@@ -487,22 +556,25 @@ class MessageStore:
         repeats: list[tuple[int, int]] = []
         for i, m in enumerate(batch):
             key = m.unique_key or m.properties.get(topics.UNIQ_KEY)
-            if key:
-                earlier = self._recent.get(key, now) or self._stored_recently(m, key, now)
-                if earlier is not None:
-                    results[i] = earlier
-                    continue
+            if key and type(key) is str:
                 if key in first_in_batch:
                     repeats.append((i, first_in_batch[key]))
+                    continue
+                earlier = self._stored_recently(m, key, now)
+                if earlier is not None:
+                    results[i] = earlier
                     continue
                 first_in_batch[key] = i
             fresh.append(i)
         written = [batch[i] for i in fresh]
         stored = self._append_planned(self._builder.build_many(written, now), now) if written else []
+        remembered = []
         for i, result in zip(fresh, stored, strict=True):
             results[i] = result
             if result.unique_key in first_in_batch:
-                self._recent.remember(result.unique_key, result, now)
+                remembered.append(index_key_hash(result.topic, result.unique_key))
+        if remembered:
+            self._recent.add_many(np.array(remembered, dtype=np.int64), now)
         for i, first in repeats:
             results[i] = results[first]
         events = self._put_events(written, stored, now)
@@ -513,14 +585,21 @@ class MessageStore:
         return results
 
     def _stored_recently(self, m: NewMessage, key: str, now: int) -> PutResult | None:
-        """A copy with unique key `key` stored before this store was opened, within the window."""
-        window = self._recent.window_ms
-        if now - self._opened_at_ms > window:
-            return None
+        """The copy with unique key `key` stored within the window, if any: the filter rules
+        out nearly every new key, the index settles the rest."""
+        might = self._recent.might_hold
         if m.delay_level and m.delay_level > 0:
             places = [topics.SCHEDULE_TOPIC]
+        elif topics.TIMER_DELIVER_MS in m.properties:
+            places = [m.topic, topics.TIMER_TOPIC]
+        elif not might(index_key_hash(m.topic, key)):
+            return None
         else:
-            places = [m.topic, topics.TIMER_TOPIC] if topics.TIMER_DELIVER_MS in m.properties else [m.topic]
+            places = [m.topic]
+        places = [topic for topic in places if might(index_key_hash(topic, key))]
+        if not places:
+            return None
+        window = self._recent.window_ms
         try:
             found = [msg for topic in places
                      for msg in self.query_by_unique_key(topic, key, begin=now - window, max_results=1).messages]
@@ -570,16 +649,36 @@ class MessageStore:
             self._append_planned(self._builder.build_many([trace_message(e) for e in events], now), now)
 
     def _append_planned(self, planned: list[tuple[tuple, str, str]], now: int) -> list[PutResult]:
-        """Append built records, dispatch them and sync per the flush policy (store lock held)."""
+        """Append built records and sync per the flush policy (store lock held). The dispatcher
+        thread projects them, or this call when it has fallen too far behind."""
         items = [item for item, _, _ in planned]
         queue_offsets, advanced = self._assign_queue_offsets(planned)
         phys = self.commitlog.append_records(items, queue_offsets, now, self.store_host)
         self._queue_offsets.update(advanced)
-        self.dispatcher.dispatch_pending()
+        self._appended_to_log()
+        return put_results(PutResult, planned, queue_offsets, phys, now, self.store_host)
+
+    def _append_one(self, planned: tuple[tuple, str, str], now: int) -> PutResult:
+        """_append_planned of a single record."""
+        item, topic, unique_key = planned
+        queue = (item[1], item[2])
+        queue_offset = self._queue_offsets.get(queue)
+        if queue_offset is None:
+            queue_offset = self._queue_end(*queue)
+        phys = self.commitlog.append_one(item, queue_offset, now, self.store_host)
+        self._queue_offsets[queue] = queue_offset + 1
+        self._appended_to_log()
+        return PutResult(topic, item[2], queue_offset, phys, item[0], unique_key, now, self.store_host)
+
+    def _appended_to_log(self) -> None:
+        """After an append: have it projected, synced per the flush policy, and long polls woken."""
+        if self.commitlog.end - self.dispatcher.dispatched_to > MAX_DISPATCH_LAG_BYTES:
+            self.dispatcher.dispatch_pending()
+        elif not self._dispatch_wake.is_set():
+            self._dispatch_wake.set()
         if self.config.flush == "sync":
             self.commitlog.flush()
         self._appended.notify_all()
-        return put_results(PutResult, planned, queue_offsets, phys, now, self.store_host)
 
     # -- pop-style receive (store/pop.py) ----------------------------------------------------
     def receive(self, group: str, topic: str, max_messages: int, invisible_ms: int, tags: str | None = None,
@@ -730,7 +829,7 @@ class MessageStore:
         return offsets, advanced
 
     def _queue_end(self, topic: bytes, queue_id: int) -> int:
-        cq = self.queues.get(topic.decode("utf-8"), queue_id)
+        cq = self._queues.get(topic.decode("utf-8"), queue_id)
         return cq.max_offset if cq is not None else 0
 
     # -- reading -----------------------------------------------------------------------------

@@ -12,7 +12,11 @@ import numpy as np
 from store._recordio import (
     assign_queue_offsets,
     build_items,
+    encode_one,
     encode_run,
+    filter_add,
+    filter_has,
+    index_key_hash,
     index_put,
     populate,
     put_results,
@@ -38,8 +42,8 @@ from store.layouts import (
 )
 
 __all__ = [
-    "assign_queue_offsets", "build_items", "encode_run", "index_put", "populate", "put_results", "scan_records",
-    "record_layout",
+    "assign_queue_offsets", "build_items", "encode_one", "encode_run", "filter_add", "filter_has", "index_key_hash",
+    "index_put", "populate", "put_results", "scan_records", "record_layout",
     "SCANNED_RECORD", "SCANNED_KEY", "NO_DELAY_LEVEL", "SCAN_END", "SCAN_BLANK", "SCAN_SLOW", "SCAN_FULL",
 ]
 

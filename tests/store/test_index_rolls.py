@@ -1,0 +1,67 @@
+"""Index files that fill in the middle of a record's keys: every key has exactly one entry,
+after live writes, after a clean reopen and after a reopen that replays the last records."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from dataclasses import replace
+
+from store.clock import FakeClock
+from store.index import IndexService, index_key
+from store.javahash import index_key_hash
+from store.message_store import MessageStore
+from tests.store.helpers import sample_message, small_config
+
+# Entry 0 is never used: six keys per file, and a record has three (unique key and two keys).
+ROLLING = replace(small_config().geometry, index_entries=7, index_slots=5)
+
+
+def _entries(root) -> Counter:
+    """(hash, phys) -> how many index entries, over every index file."""
+    index = IndexService(root / "index", ROLLING.index_slots, ROLLING.index_entries, FakeClock(), writable=False)
+    try:
+        return Counter((h, phys) for f in index.files
+                       for h, phys, _, _ in (f.entry(n) for n in range(1, f.used_entries + 1)))
+    finally:
+        index.close()
+
+
+def _expected(results, messages) -> Counter:
+    want = Counter()
+    for r, m in zip(results, messages, strict=True):
+        for key in [r.unique_key, *m.keys]:
+            want[(index_key_hash(index_key(r.topic, key)), r.phys_offset)] += 1
+    return want
+
+
+def test_each_key_has_one_entry_when_files_fill_mid_record(tmp_path):
+    root = tmp_path / "store"
+    messages = [sample_message(i) for i in range(11)]
+    with MessageStore.open(root, small_config(geometry=ROLLING), clock=FakeClock()) as store:
+        results = [store.put(m) for m in messages[:5]] + store.put_many(messages[5:])
+        files = len(store.index.files)
+    assert files >= 5  # 33 keys, 6 per file: most records span two files
+    assert _entries(root) == _expected(results, messages)
+
+    with MessageStore.open(root, small_config(geometry=ROLLING), clock=FakeClock()) as store:
+        more = [sample_message(i) for i in range(11, 14)]
+        results += [store.put(m) for m in more]
+        messages += more
+    assert _entries(root) == _expected(results, messages)
+
+
+def test_a_replayed_record_is_not_indexed_twice(tmp_path):
+    """A copy taken while the store was open (no clean close): reopening replays the records
+    after the index's end, the newest indexed one included."""
+    root, copy = tmp_path / "store", tmp_path / "copy"
+    messages = [sample_message(i) for i in range(8)]
+    with MessageStore.open(root, small_config(geometry=ROLLING), clock=FakeClock()) as store:
+        results = store.put_many(messages)
+        store.flush()
+        shutil.copytree(root, copy)
+    (copy / "lock").unlink(missing_ok=True)
+    with MessageStore.open(copy, small_config(geometry=ROLLING), clock=FakeClock()) as store:
+        assert store.abnormal_shutdown
+        assert [m.phys_offset for m in store.query_by_key("TopicA", "key-7").messages] == [results[7].phys_offset]
+    assert _entries(copy) == _expected(results, messages)

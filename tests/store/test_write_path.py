@@ -1,0 +1,128 @@
+"""The single-send path, the dispatcher thread and the producer dedupe filter."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store.clock import FakeClock
+from store.dedupe import RecentKeyFilter
+from store.javahash import index_key_hash as reference_index_key_hash
+from store.message_store import MessageStore, NewMessage
+from store.recordio import filter_add, filter_has, index_key_hash
+from tests.store.helpers import sample_message, small_config
+
+
+def _with_key(i: int, body_size: int = 100) -> NewMessage:
+    m = sample_message(i, body_size=body_size)
+    m.unique_key = f"7F0000011F2E00000000{i:012X}"
+    return m
+
+
+def _commitlog_bytes(root) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted((root / "commitlog").iterdir()))
+
+
+def test_single_puts_write_the_bytes_put_many_writes(tmp_path):
+    """Across segment ends too: the single path falls back to the batch path for a BLANK."""
+    messages = [_with_key(i, body_size=1500 + 37 * i) for i in range(60)]
+    with MessageStore.open(tmp_path / "one", small_config(), clock=FakeClock()) as store:
+        singles = [store.put(m) for m in messages]
+        assert store.commitlog.segment_count >= 3
+    with MessageStore.open(tmp_path / "many", small_config(), clock=FakeClock()) as store:
+        batched = store.put_many(messages)
+    assert singles == batched
+    assert _commitlog_bytes(tmp_path / "one") == _commitlog_bytes(tmp_path / "many")
+
+
+def test_the_dispatcher_thread_projects_without_a_reader(tmp_path):
+    with MessageStore.open(tmp_path / "s", small_config(flush="async"), clock=FakeClock()) as store:
+        results = [store.put(_with_key(i)) for i in range(200)]
+        deadline = time.monotonic() + 10
+        while store.dispatch_lag_bytes() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert store.dispatch_lag_bytes() == 0
+        assert store.dispatch_error is None
+        last = results[-1]
+        assert store.get_by_queue_offset("TopicA", last.queue_id, last.queue_offset).phys_offset == last.phys_offset
+
+
+def test_a_reader_sees_a_put_at_once(tmp_path):
+    """Read-your-writes: the reader projects what the dispatcher has not reached."""
+    with MessageStore.open(tmp_path / "s", small_config(flush="async"), clock=FakeClock()) as store:
+        for i in range(50):
+            r = store.put(_with_key(i))
+            [found] = store.query_by_unique_key("TopicA", r.unique_key).messages
+            assert found.phys_offset == r.phys_offset
+            assert store.get_by_queue_offset("TopicA", r.queue_id, r.queue_offset).phys_offset == r.phys_offset
+
+
+def test_a_repeat_is_found_through_the_filter_and_the_index(tmp_path):
+    clock = FakeClock()
+    with MessageStore.open(tmp_path / "s", small_config(trace=True), clock=clock) as store:
+        first = store.put(_with_key(1))
+        again = store.put(_with_key(1))
+        [batched] = store.put_many([_with_key(1)])
+        other = store.put(_with_key(2))
+    assert again == batched == first
+    assert other.phys_offset > first.phys_offset
+
+
+def test_index_key_hash_matches_the_reference_on_awkward_text():
+    for topic, key in [("TopicA", "k"), ("T", "é中"), ("x", "😀a"), ("a" * 300, "b\ud800"), ("", ""),
+                       ("polygenelubricants", "")]:
+        assert index_key_hash(topic, key) == reference_index_key_hash(f"{topic}#{key}")
+    with pytest.raises(TypeError):
+        index_key_hash("topic", b"bytes")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40), st.text(max_size=40))
+def test_index_key_hash_is_the_reference(topic, key):
+    assert index_key_hash(topic, key) == reference_index_key_hash(f"{topic}#{key}")
+
+
+def test_the_filter_never_forgets_a_key_and_rarely_raises_a_false_alarm():
+    rng = np.random.default_rng(7)
+    hashes = rng.integers(0, 2**31, size=300_000, dtype=np.int64)
+    added, unseen = hashes[:100_000], hashes[100_000:]
+    f = RecentKeyFilter(window_ms=60_000, generation_keys=40_000)
+    for chunk in np.array_split(added, 10):
+        f.add_many(chunk, 1000)
+    f.add(123, 1000)
+    assert f.generations == 3
+    assert all(f.might_hold(int(h)) for h in added[::97]) and f.might_hold(123)
+    alarms = sum(f.might_hold(int(h)) for h in unseen[:20_000]) / 20_000
+    assert alarms < 0.02
+
+
+def test_filter_generations_leave_only_after_the_window():
+    f = RecentKeyFilter(window_ms=1000, generation_keys=10, max_generations=3)
+    for t in range(0, 1000, 100):
+        f.add(t, t)
+    assert f.might_hold(0)
+    f.add(5000, 1850)  # the first generation's newest key (900) is still inside the window
+    assert f.might_hold(0) and f.generations == 2
+    f.add(5001, 2500)  # now it is not
+    assert f.generations == 1 and not f.might_hold(0) and f.might_hold(5000)
+
+
+def test_filter_beyond_its_generations_keeps_every_key():
+    f = RecentKeyFilter(window_ms=10_000, generation_keys=5, max_generations=2)
+    for h in range(50):
+        f.add(h, 1)
+    assert f.generations == 2
+    assert all(f.might_hold(h) for h in range(50))
+
+
+def test_filter_functions_refuse_bad_bitmaps():
+    with pytest.raises(ValueError):
+        filter_add(bytearray(3), 1)
+    with pytest.raises(ValueError):
+        filter_has([bytearray(12)], 1)
+    with pytest.raises(TypeError):
+        filter_has(bytearray(8), 1)
