@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from app import ndjson_load
 from app.presenters import message_dict
 from app.services.errors import ServiceError
 from pipeline import cli as pipeline_cli
@@ -22,7 +23,7 @@ from store.geometry import (
     DEFAULT_INDEX_SLOTS,
     StoreGeometry,
 )
-from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MessageStore, NewMessage, StoreConfig
+from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MessageStore, StoreConfig
 
 EXIT_USAGE = 2
 
@@ -144,68 +145,37 @@ def query_msg_by_offset(
         _print_messages([s.get_by_queue_offset(topic, queue_id, offset)], False, as_json)
 
 
-def _parse_load_line(line: str, number: int) -> NewMessage:
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise CliError(f"line {number}: not JSON ({exc.msg})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("topic"), str):
-        raise CliError(f"line {number}: expected an object with a 'topic'")
-    if "body_base64" in data:
-        try:
-            body = base64.b64decode(data["body_base64"], validate=True)
-        except (ValueError, TypeError):
-            raise CliError(f"line {number}: body_base64 is not valid base64") from None
-    elif isinstance(data.get("body"), str):
-        body = data["body"].encode("utf-8")
-    else:
-        raise CliError(f"line {number}: give 'body' (text) or 'body_base64'")
-    keys = data.get("keys", [])
-    props = data.get("properties", {})
-    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-        raise CliError(f"line {number}: 'keys' must be a list of strings")
-    if not isinstance(props, dict):
-        raise CliError(f"line {number}: 'properties' must be an object")
-    for name in ("queue_id", "born_timestamp", "flag"):
-        if name in data and (not isinstance(data[name], int) or isinstance(data[name], bool)):
-            raise CliError(f"line {number}: '{name}' must be an integer")
-    return NewMessage(
-        topic=data["topic"], body=body, tags=data.get("tags"), keys=keys,
-        properties={str(k): str(v) for k, v in props.items()}, queue_id=data.get("queue_id"),
-        born_timestamp=data.get("born_timestamp"), born_host=data.get("born_host"), flag=data.get("flag", 0),
-    )
-
-
 @store_app.command("load")
 def store_load(
     store: StoreDir,
     file: Annotated[Path, typer.Argument(help="NDJSON file, one message per line ('-' for stdin).")],
     flush: Annotated[str, typer.Option("--flush", help="sync: a printed line means the message is on disk.")]
     = "async",
+    trace: Annotated[bool, typer.Option("--trace", help="Record each message's lifecycle in the trace topic.")]
+    = False,
     commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
     cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
     index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
     index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
 ) -> None:
-    """Append messages from NDJSON, printing one JSON result per line as each put returns."""
+    """Append messages from NDJSON, printing one JSON result line per message as it is stored."""
     if flush not in ("sync", "async"):
         raise CliError("--flush must be 'sync' or 'async'")
-    source = sys.stdin if str(file) == "-" else None
-    if source is None and not file.is_file():
+    if str(file) != "-" and not file.is_file():
         raise CliError(f"input file {file} does not exist")
     config = StoreConfig(geometry=_geometry(commitlog_file_size, cq_file_size, index_slots, index_entries),
-                         flush=flush)
-    with (source or file.open(encoding="utf-8")) as lines, MessageStore.open(store, config) as s:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            result = s.put(_parse_load_line(line, number))
-            print(json.dumps({
-                "line": number, "topic": result.topic, "queue_id": result.queue_id,
-                "queue_offset": result.queue_offset, "phys_offset": result.phys_offset,
-                "offset_msg_id": result.offset_msg_id, "unique_key": result.unique_key,
-                "store_timestamp": result.store_timestamp,
-            }), flush=True)
+                         flush=flush, trace=trace)
+
+    def emit(lines: str) -> None:
+        if lines:
+            sys.stdout.write(lines + "\n")
+            sys.stdout.flush()
+
+    with (sys.stdin if str(file) == "-" else file.open("rb")) as source, MessageStore.open(store, config) as s:
+        try:
+            ndjson_load.load(s, ndjson_load.line_batches(source.fileno()), emit)
+        except ndjson_load.LoadLineError as exc:
+            raise CliError(str(exc)) from None
 
 
 @store_app.command("check")

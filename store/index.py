@@ -84,6 +84,22 @@ class IndexFile:
         return np.frombuffer(self.file.buf, dtype=ENTRY_DTYPE, count=self.used_entries,
                              offset=self._entries_at + INDEX_ENTRY.size)
 
+    def rebuild_slots(self) -> None:
+        """Point every slot at its newest counted entry. A writer killed in the middle of a batch
+        leaves entries and slot heads its header never counted; the next keys overwrite those
+        entries, and a slot still naming one would lead its chain into another key's (RocketMQ
+        deletes such a file and rebuilds it; counted entries are intact, so only the heads go)."""
+        found = self.used()
+        heads = np.zeros(self.slots, dtype=np.int64)
+        np.maximum.at(heads, found["key_hash"].astype(np.int64) % self.slots,
+                      np.arange(1, len(found) + 1, dtype=np.int64))
+        table = np.frombuffer(self.file.buf, dtype=">i4", count=self.slots, offset=INDEX_HEADER.size)
+        if not np.array_equal(table, heads):
+            table[:] = heads
+            self.file.mark_dirty(INDEX_HEADER.size, self._entries_at)
+            self.slot_count = int(np.count_nonzero(heads))
+            self._write_header()
+
     def time_matches(self, begin: int, end: int) -> bool:
         fb, fe = self.begin_timestamp, self.end_timestamp
         return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
@@ -228,6 +244,11 @@ class IndexService:
             dropped.path.unlink()
             rebuild_from = self.files[-1].end_phys if self.files else 0
         return rebuild_from
+
+    def repair_after_crash(self) -> None:
+        """After an abnormal shutdown: the newest file may hold a killed batch's slot heads."""
+        if self.files and self.writable:
+            self.files[-1].rebuild_slots()
 
     def drop_before_phys(self, min_phys: int) -> int:
         """Delete index files whose entries all point before `min_phys`, never the newest."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,8 @@ from store.timer import TimerService
 from store.trace import TraceEvent, TraceKind, decode_trace, ordered, trace_message
 
 MAX_QUERY_RESULTS = 10_000
+LOCK_SPINS = 20
+GROUP_COMMIT_WAIT_S = 0.5  # a waiter asks the committer again after this
 MAX_DISPATCH_LAG_BYTES = 4 << 20  # beyond this an append projects the backlog itself
 TRACE_BATCH_EVENTS = 512
 
@@ -127,6 +130,12 @@ class MessageStore:
         self._dispatch_thread: threading.Thread | None = None
         self._dispatch_wake = threading.Event()  # set by appends: the dispatcher has records to project
         self.dispatch_error: Exception | None = None  # the dispatcher thread's last failure, if any
+        self._durable_to = 0  # the commit log is on disk up to here (sync flush)
+        self._durable = threading.Condition(threading.Lock())  # notified after each group commit
+        self._sync_wanted = threading.Event()  # set by changes waiting for the group committer
+        self._sync_failure: tuple[int, BaseException] | None = None  # the last failed sync's reach
+        self._committer: threading.Thread | None = None
+        self.commit_syncs = 0  # syncs of the commit log made for sync-flush changes
         self._schedule_wake = threading.Event()  # set by a put of a message due before the planned wake-up
         self._wake_at_ms = 0
         self._queue_offsets: dict[tuple[bytes, int], int] = {}
@@ -171,14 +180,16 @@ class MessageStore:
             if self._stop_flusher.is_set():
                 return
             self._dispatch_wake.clear()
+            self._take_lock_soon(None)
             try:
-                with self._lock:
-                    if self._closed:
-                        return
-                    self.dispatcher.dispatch_pending()
+                if self._closed:
+                    return
+                self.dispatcher.dispatch_pending()
                 self.dispatch_error = None
             except Exception as exc:  # readers catch up themselves and see it; the next append retries
                 self.dispatch_error = exc
+            finally:
+                self._lock.release()
 
     # -- opening and closing -----------------------------------------------------------------
     @classmethod
@@ -236,7 +247,7 @@ class MessageStore:
         self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
         if self.recovery.truncated_bytes:
             self.commitlog.truncate_after(self.recovery.end)
-        end = self.commitlog.end
+        end = self._durable_to = self.commitlog.end
         self._queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=True)
         for cq in self._queues:
             cq.truncate_after_phys(end)
@@ -244,6 +255,8 @@ class MessageStore:
         self._index = IndexService(self.paths.index, self.geometry.index_slots, self.geometry.index_entries,
                                    self.clock, writable=True)
         index_rebuild_from = self._index.truncate_after_phys(end)
+        if self.abnormal_shutdown:
+            self._index.repair_after_crash()
         self.delay_levels = read_delay_levels(self.paths.config, self.config.delay_levels)
         self.dispatcher = Dispatcher(self.commitlog, self._queues, self._index, self.delay_levels)
         self.dispatcher.dispatched_to = self._replay_start(index_rebuild_from)
@@ -262,6 +275,9 @@ class MessageStore:
         self._dispatch_thread.start()
         if self.config.flush == "async":
             self._flusher = self._start_periodic("mqlens-flush", self.config.flush_interval_ms, self.flush)
+        else:
+            self._committer = threading.Thread(target=self._group_commit_loop, name="mqlens-commit", daemon=True)
+            self._committer.start()
         if self.config.retention_check_ms > 0:
             self._retention_thread = self._start_periodic("mqlens-retention", self.config.retention_check_ms,
                                                           self.delete_expired)
@@ -452,6 +468,7 @@ class MessageStore:
                 if self._closed:
                     return
                 self._write_trace(self.clock.now_ms())
+                reach = self.commitlog.end
                 files = self.commitlog.dirty_files() + self.queues.dirty_files() + self.index.dirty_files()
                 ts = self.dispatcher.last_store_timestamp
                 # before the syncs: the states name only messages the syncs make durable
@@ -459,6 +476,7 @@ class MessageStore:
                           for state_file in (self.scheduler, self.timer, self.pop.state_file)]
             for f in files:
                 f.sync()
+            self._durable_to = max(self._durable_to, reach)
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
             self.offsets.persist()
             for state_file, state in states:
@@ -470,7 +488,9 @@ class MessageStore:
         self._stop_flusher.set()
         self._schedule_wake.set()
         self._dispatch_wake.set()
-        for thread in (self._flusher, self._scheduler_thread, self._retention_thread, self._dispatch_thread):
+        self._sync_wanted.set()
+        for thread in (self._flusher, self._scheduler_thread, self._retention_thread, self._dispatch_thread,
+                       self._committer):
             if thread is not None:
                 thread.join()
         with self._flush_lock, self._lock:
@@ -496,23 +516,97 @@ class MessageStore:
         """The store lock, for a change to a store that is open for writing, with the projections
         caught up unless the change only appends. With `wait_ms`, a store busier than that
         refuses the change (flow control) instead of queueing it."""
-        if self.read_only:
-            raise ReadOnlyStoreError("the store is open read-only")
-        if not self._lock.acquire(timeout=-1 if wait_ms is None else wait_ms / 1000):
-            raise FlowControlError(f"the store is busy (waited {wait_ms} ms for it): retry shortly")
+        self._lock_for_change(wait_ms)
         try:
-            if self._closed:
-                raise StoreError("the store is closed")
             if caught_up:
                 self.dispatcher.dispatch_pending()
             yield
         finally:
             self._lock.release()
+        self._make_durable()
+
+    def _make_durable(self) -> None:
+        """Sync flush: return once the commit log is on disk up to its end as this change left
+        it. Changes in flight share one sync (group commit, RocketMQ's GroupCommitService): the
+        committer thread syncs whatever was appended when it starts, then wakes every waiter."""
+        if self.config.flush != "sync":
+            return
+        target = self.commitlog.end
+        if self._durable_to >= target:
+            return
+        if self._lock._is_owned() or self._committer is None:  # nested in a change, or closing
+            self._sync_segments(self.commitlog.end, self.commitlog.dirty_files())
+            return
+        with self._durable:
+            while self._durable_to < target:
+                failure = self._sync_failure
+                if failure is not None and failure[0] >= target:
+                    raise failure[1]
+                if self._closed:
+                    raise StoreError("the store closed before the message was on disk")
+                self._sync_wanted.set()
+                self._durable.wait(GROUP_COMMIT_WAIT_S)
+
+    def _group_commit_loop(self) -> None:
+        while True:
+            self._sync_wanted.wait()
+            if self._stop_flusher.is_set():
+                return
+            self._sync_wanted.clear()
+            failure = None
+            with self._flush_lock:
+                with self._lock:  # only to collect what to sync: appends go on during the sync
+                    reach, segments = self.commitlog.end, self.commitlog.dirty_files()
+                try:
+                    if reach > self._durable_to:
+                        self._sync_segments(reach, segments)
+                except Exception as exc:  # the waiters covered by this sync raise it
+                    failure = (reach, exc)
+            with self._durable:
+                self._sync_failure = failure
+                self._durable.notify_all()
+
+    def _sync_segments(self, reach: int, segments: list) -> None:
+        """Sync commit log segments written up to `reach`; on failure they stay marked dirty."""
+        try:
+            for seg in segments:
+                seg.sync()
+        except BaseException:
+            for seg in segments:
+                seg.mark_dirty(0, seg.size)
+            raise
+        self.commit_syncs += 1
+        self._durable_to = max(self._durable_to, reach)
+
+    def _lock_for_change(self, wait_ms: int | None) -> None:
+        """Take the store lock for a change (the caller releases it), or raise why not."""
+        if self.read_only:
+            raise ReadOnlyStoreError("the store is open read-only")
+        if not self._take_lock_soon(wait_ms):
+            raise FlowControlError(f"the store is busy (waited {wait_ms} ms for it): retry shortly")
+        if self._closed:
+            self._lock.release()
+            raise StoreError("the store is closed")
+
+    def _take_lock_soon(self, wait_ms: int | None) -> bool:
+        """The store lock, waiting at most `wait_ms` (None: as long as it takes). A thread that
+        finds it taken first yields the interpreter a few times: its holder is most likely a
+        thread the interpreter switched away from in the middle of a short append, and parking
+        on the lock would hand it from thread to thread with two context switches per append."""
+        lock = self._lock
+        if lock.acquire(False):
+            return True
+        for _ in range(LOCK_SPINS):
+            time.sleep(0)
+            if lock.acquire(False):
+                return True
+        return lock.acquire(timeout=-1 if wait_ms is None else wait_ms / 1000)
 
     def put(self, message: NewMessage) -> PutResult:
         """One message, as put_many([message]) would store it, by the single-send path."""
         key = message.unique_key or (message.properties.get(topics.UNIQ_KEY) if message.properties else None)
-        with self._writing(self.config.put_wait_ms, caught_up=False):
+        self._lock_for_change(self.config.put_wait_ms)
+        try:
             self._disk_guard.check()
             now = self.clock.now_ms()
             recent = self._recent
@@ -522,14 +616,17 @@ class MessageStore:
                     self._trace([TraceEvent(TraceKind.DUPLICATE, key, now, earlier.topic, earlier.queue_id,
                                             earlier.queue_offset, earlier.offset_msg_id)], now)
                     self.stats.count_put(1)
-                    return earlier
-            result = self._append_one(self._builder.build_many([message], now)[0], now)
+                    return earlier  # its copy was made durable when it was stored
+            result = self._append_one(self._builder.build_one(message, now), now)
             if recent is not None and key and type(key) is str:
                 recent.add(index_key_hash(result.topic, key), now)
             if self.config.trace:
                 self._trace(self._put_events([message], [result], now), now)
             self.stats.count_put(1)
-            return result
+        finally:
+            self._lock.release()
+        self._make_durable()
+        return result
 
     def put_many(self, messages: Iterable[NewMessage]) -> list[PutResult]:
         """Append messages in order; with sync flush they are on disk when this returns.
@@ -676,8 +773,6 @@ class MessageStore:
             self.dispatcher.dispatch_pending()
         elif not self._dispatch_wake.is_set():
             self._dispatch_wake.set()
-        if self.config.flush == "sync":
-            self.commitlog.flush()
         self._appended.notify_all()
 
     # -- pop-style receive (store/pop.py) ----------------------------------------------------

@@ -132,6 +132,10 @@ class RecordBuilder:
                 built[i] = self.build(messages[i], now)
         return built
 
+    def build_one(self, message: NewMessage, now: int) -> tuple[tuple, str, str]:
+        """build_many of one message."""
+        return build_items([message], now, self._compiled_plan())[0] or self.build(message, now)
+
     def _compiled_plan(self) -> tuple:
         if self._plan is None:
             orders = []

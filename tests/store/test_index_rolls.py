@@ -7,10 +7,13 @@ import shutil
 from collections import Counter
 from dataclasses import replace
 
+import numpy as np
+
 from store.clock import FakeClock
 from store.index import IndexService, index_key
 from store.javahash import index_key_hash
 from store.message_store import MessageStore
+from store.recordio import index_put
 from tests.store.helpers import sample_message, small_config
 
 # Entry 0 is never used: six keys per file, and a record has three (unique key and two keys).
@@ -65,3 +68,29 @@ def test_a_replayed_record_is_not_indexed_twice(tmp_path):
         assert store.abnormal_shutdown
         assert [m.phys_offset for m in store.query_by_key("TopicA", "key-7").messages] == [results[7].phys_offset]
     assert _entries(copy) == _expected(results, messages)
+
+
+def test_a_batch_killed_before_its_header_was_written_leaves_no_broken_chain(tmp_path):
+    """The entries and slot heads of a batch whose header update never happened (the writer was
+    killed) are not counted; after the repair, the replayed keys chain correctly and every
+    older key is still found."""
+    keys = [f"k{i}" for i in range(40)]
+    index = IndexService(tmp_path, 5, 200, FakeClock(), writable=True)
+    for phys, key in enumerate(keys[:30]):
+        index.put_keys("T", [key], phys * 100, 1_700_000_000_000)
+    newest = index.files[-1]
+    hashes = np.array([index_key_hash(index_key("T", k)) for k in keys[30:]], dtype=np.int64)
+    index_put(newest.file.buf, newest._layout, newest.slots, newest.entries, newest.index_count,
+              newest.begin_timestamp, newest.begin_phys, hashes, np.arange(30, 40, dtype=np.int64) * 100,
+              np.full(10, 1_700_000_000_000, dtype=np.int64))  # its header is never written: killed
+    index.close()
+
+    index = IndexService(tmp_path, 5, 200, FakeClock(), writable=True)
+    index.repair_after_crash()
+    for phys, key in enumerate(keys[30:], 30):
+        index.put_keys("T", [f"other-{key}"], phys * 100, 1_700_000_000_000)  # the replay writes other keys
+    for phys, key in enumerate(keys[:30]):
+        assert phys * 100 in set(index.query("T", key)), key
+    for phys, key in enumerate(keys[30:], 30):
+        assert list(index.query("T", f"other-{key}")) == [phys * 100]
+    index.close()

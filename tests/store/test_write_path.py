@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -126,3 +127,42 @@ def test_filter_functions_refuse_bad_bitmaps():
         filter_has([bytearray(12)], 1)
     with pytest.raises(TypeError):
         filter_has(bytearray(8), 1)
+
+
+def test_sync_puts_in_flight_share_one_sync(tmp_path):
+    """Group commit: puts that append while a sync runs are all covered by the next one."""
+    with MessageStore.open(tmp_path / "s", small_config(flush="sync"), clock=FakeClock()) as store:
+        store.put(_with_key(0))
+        syncs = store.commit_syncs
+        acknowledged: list = []
+        with store._flush_lock:  # a sync in progress: the committer cannot start the next one
+            producers = [threading.Thread(target=lambda i=i: acknowledged.append(store.put(_with_key(i))))
+                         for i in range(1, 21)]
+            for p in producers:
+                p.start()
+            deadline = time.monotonic() + 10
+            while store.stats.snapshot().put < 21 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert store.stats.snapshot().put == 21
+            assert acknowledged == []  # appended, but not acknowledged before they are on disk
+        for p in producers:
+            p.join(10)
+        assert len(acknowledged) == 20
+        assert store.commit_syncs == syncs + 1
+
+
+def test_a_failed_group_commit_is_raised_to_its_waiters(tmp_path, monkeypatch):
+    from store.mapped_file import MappedFile
+
+    with MessageStore.open(tmp_path / "s", small_config(flush="sync"), clock=FakeClock()) as store:
+        store.put(_with_key(0))
+
+        def no_space(self):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(MappedFile, "sync", no_space)
+        with pytest.raises(OSError):
+            store.put(_with_key(1))
+        monkeypatch.undo()
+        store.put(_with_key(2))  # the next sync covers the segment the failed one left dirty
+        assert store.commit_syncs >= 2
