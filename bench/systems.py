@@ -300,7 +300,7 @@ def run_mqlens_single(params: Params) -> dict[str, Any]:
 
 
 # -- plain buffered file write -------------------------------------------------------------------
-def run_mqlens_threads(params: Params, threads: int = 4) -> dict[str, Any]:
+def run_mqlens_threads(params: Params, threads: int = 4, flush: str = "async") -> dict[str, Any]:
     """`put` of one message per call from `threads` threads at once, on the first
     `single_messages` messages (message i from thread i % threads), in a store of its own."""
     import threading
@@ -310,8 +310,9 @@ def run_mqlens_threads(params: Params, threads: int = 4) -> dict[str, Any]:
     n = min(params.single_messages, params.messages)
     wl = Workload(params.messages, params.seed, params.key_window)
     mem_start = start_memory()
-    root = _fresh_dir(params, "mqlens-threads")
-    store = MessageStore.open(root, StoreConfig(flush="async", trace=False))
+    name = f"mqlens-threads-{threads}-{flush}"
+    root = _fresh_dir(params, name)
+    store = MessageStore.open(root, StoreConfig(flush=flush, trace=False))
     try:
         msgs = [new_message(f) for fields in wl.batches(params.batch, stop=n) for f in fields]
         shares = [msgs[t::threads] for t in range(threads)]
@@ -342,13 +343,20 @@ def run_mqlens_threads(params: Params, threads: int = 4) -> dict[str, Any]:
         store.flush()
         flush_s = clock() - t0
         expect(sum(high for _, _, high in store.topics()[TOPIC]) == n, "messages missing")
+        syncs = store.commit_syncs
     finally:
         store.close()
     return _finish({
-        "system": "mqlens-threads",
-        "append": {"messages": n, "batch": 1, "threads": threads, "put_s": put_s, "flush_s": flush_s,
-                   "seconds": put_s + flush_s, "msgs_per_s": n / (put_s + flush_s)},
+        "system": name,
+        "append": {"messages": n, "batch": 1, "threads": threads, "flush": flush, "put_s": put_s,
+                   "flush_s": flush_s, "seconds": put_s + flush_s, "msgs_per_s": n / (put_s + flush_s),
+                   "syncs_per_message": syncs / n},
     }, wl, mem_start, root)
+
+
+def run_mqlens_sync_in_flight(params: Params) -> dict[str, Any]:
+    """Sync flush, 64 single puts in flight (64 threads): group commit."""
+    return run_mqlens_threads(params, threads=64, flush="sync")
 
 
 def run_sqlite_single(params: Params) -> dict[str, Any]:
