@@ -46,6 +46,9 @@ def parse_load_line(line: bytes | str, number: int) -> NewMessage:
         raise LoadLineError(f"line {number}: 'keys' must be a list of strings")
     if not isinstance(props, dict):
         raise LoadLineError(f"line {number}: 'properties' must be an object")
+    unique_key = data.get("unique_key")
+    if unique_key is not None and not isinstance(unique_key, str):
+        raise LoadLineError(f"line {number}: 'unique_key' must be a string")
     for name in ("queue_id", "born_timestamp", "flag"):
         if name in data and (not isinstance(data[name], int) or isinstance(data[name], bool)):
             raise LoadLineError(f"line {number}: '{name}' must be an integer")
@@ -53,6 +56,7 @@ def parse_load_line(line: bytes | str, number: int) -> NewMessage:
         topic=data["topic"], body=body, tags=data.get("tags"), keys=keys,
         properties={str(k): str(v) for k, v in props.items()}, queue_id=data.get("queue_id"),
         born_timestamp=data.get("born_timestamp"), born_host=data.get("born_host"), flag=data.get("flag", 0),
+        unique_key=unique_key,
     )
 
 

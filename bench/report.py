@@ -19,6 +19,7 @@ END = "<!-- END bench.store_bench -->"
 APPEND_TARGET = 200_000  # messages/s, batched (RocketMQ appends 193-220k)
 SINGLE_PUT_TARGET = 100_000  # messages/s, one message per call
 SYNC_IN_FLIGHT_TARGET = 37_800  # messages/s, sync flush, 64 in flight
+LOAD_TARGET = 150_000  # messages/s, mqlens store load
 LOOKUP_P99_TARGET_US = 1000.0
 
 DOC_INTRO = """# Performance
@@ -141,7 +142,7 @@ def render(results: dict[str, Any]) -> str:
     m = results["machine"]
     mq, single, file_, sql = (results["systems"][k] for k in ("mqlens", "mqlens-single", "file", "sqlite"))
     threads, sql_single = results["systems"]["mqlens-threads"], results["systems"]["sqlite-single"]
-    sync64 = results["systems"]["mqlens-sync64"]
+    sync64, load = results["systems"]["mqlens-sync64"], results["systems"]["mqlens-load"]
     rounds = p["rounds"]
     med = " (medians of the rounds)" if rounds > 1 else ""
     kw = p["key_window"]
@@ -176,6 +177,8 @@ def render(results: dict[str, Any]) -> str:
         (f"mqlens `put` with sync flush, 64 puts in flight from 64 threads (first "
          f"{sync64['append']['messages']:,} messages, own store): "
          f"{sync64['append']['syncs_per_message']:.3f} fsyncs per message", sync64["append"]),
+        (f"`mqlens store load` of {load['append']['messages']:,} messages from NDJSON (body in base64), the "
+         "command from start to exit, one result line per message", load["append"]),
         ("plain buffered file write of the same bytes (header + body per message, 8 MiB buffer) + fsync",
          file_["append"]),
         (f"SQLite (WAL, synchronous=NORMAL, {p['batch']:,} rows per transaction, indexes on topic+key1, "
@@ -197,7 +200,8 @@ def render(results: dict[str, Any]) -> str:
             f"{name} " + ", ".join(_int(r[key]["append"]["msgs_per_s"]) for r in results["rounds"])
             for name, key in (("mqlens put_many", "mqlens"), ("mqlens put", "mqlens-single"),
                               ("mqlens put, 4 threads", "mqlens-threads"),
-                              ("mqlens sync, 64 in flight", "mqlens-sync64"), ("file", "file"), ("SQLite", "sqlite"),
+                              ("mqlens sync, 64 in flight", "mqlens-sync64"), ("mqlens store load", "mqlens-load"),
+                              ("file", "file"), ("SQLite", "sqlite"),
                               ("SQLite one row", "sqlite-single")))
             + " (ratios above are of the medians).")
     add(f"Records are {', '.join(str(s) for s in mq['append']['record_sizes'])} bytes each "
@@ -207,6 +211,7 @@ def render(results: dict[str, Any]) -> str:
                                  ("mqlens single puts", "mqlens-single"),
                                  ("mqlens single puts from threads", "mqlens-threads"),
                                  ("mqlens sync puts in flight", "mqlens-sync64"),
+                                 ("mqlens store load", "mqlens-load"),
                                  ("SQLite one row per transaction", "sqlite-single"))]
     if all(rate is not None for _, rate in warmups):
         add("Before each system the harness writes and deletes a scratch file of about 1.6 KB per message "
@@ -258,6 +263,10 @@ def render(results: dict[str, Any]) -> str:
         got = r["append"]["msgs_per_s"]
         add(f"- Single `put` from {label} at least {SINGLE_PUT_TARGET:,} messages/s: measured {_int(got)} — "
             f"{'met' if got >= SINGLE_PUT_TARGET else 'not met'}.")
+    got, sqlite_rate = load["append"]["msgs_per_s"], sql["append"]["msgs_per_s"]
+    add(f"- `mqlens store load` at least {LOAD_TARGET:,} messages/s and twice SQLite's batched inserts "
+        f"({_int(2 * sqlite_rate)}): measured {_int(got)} — "
+        f"{'met' if got >= max(LOAD_TARGET, 2 * sqlite_rate) else 'not met'}.")
     got = sync64["append"]["msgs_per_s"]
     add(f"- Sync flush with 64 puts in flight at least {SYNC_IN_FLIGHT_TARGET:,} messages/s (RocketMQ's group "
         f"commit): measured {_int(got)}, {sync64['append']['syncs_per_message']:.3f} fsyncs per message — "

@@ -359,6 +359,44 @@ def run_mqlens_sync_in_flight(params: Params) -> dict[str, Any]:
     return run_mqlens_threads(params, threads=64, flush="sync")
 
 
+LOAD_MESSAGES = 200_000
+
+
+def run_mqlens_load(params: Params) -> dict[str, Any]:
+    """`mqlens store load` of the first LOAD_MESSAGES messages from an NDJSON file (written
+    before the clock starts), timed as a command: from its start to its exit, results read."""
+    import base64
+    import json
+    import subprocess
+    import sys
+
+    n = min(LOAD_MESSAGES, params.messages)
+    wl = Workload(params.messages, params.seed, params.key_window)
+    mem_start = start_memory()
+    root = _fresh_dir(params, "mqlens-load")
+    source = root / "messages.ndjson"
+    with open(source, "w") as out:
+        for fields in wl.batches(params.batch, stop=n):
+            out.writelines(json.dumps({
+                "topic": TOPIC, "body_base64": base64.b64encode(f.body).decode(), "tags": f.tags,
+                "keys": [f.key, f.shared_key], "queue_id": f.queue_id, "unique_key": f.unique_key,
+            }) + "\n" for f in fields)
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "app.cli", "store", "load", "--store", str(root / "store"),
+                           str(source)], capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    expect(done.returncode == 0, f"store load failed: {done.stderr[-500:]}")
+    lines = done.stdout.splitlines()
+    expect(len(lines) == n, f"store load printed {len(lines)} result lines for {n} messages")
+    last = json.loads(lines[-1])
+    expect(last["line"] == n and last["unique_key"] == wl.unique_key(n - 1), "the last result is not the last line")
+    return _finish({
+        "system": "mqlens-load",
+        "append": {"messages": n, "batch": 0, "seconds": seconds, "msgs_per_s": n / seconds,
+                   "input_bytes": source.stat().st_size},
+    }, wl, mem_start, root)
+
+
 def run_sqlite_single(params: Params) -> dict[str, Any]:
     """One INSERT per transaction (autocommit), the first `single_messages` messages."""
     n = min(params.single_messages, params.messages)

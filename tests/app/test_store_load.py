@@ -109,3 +109,14 @@ def test_load_reports_the_refused_line_number(tmp_path):
         with pytest.raises(InvalidMessageError, match="line 2"):
             ndjson_load.load(store, iter([batch]), emitted.append)
         assert [json.loads(line)["line"] for text in emitted for line in text.splitlines()] == [1]
+
+
+def test_a_given_unique_key_is_kept_and_a_repeat_is_not_stored_twice(tmp_path):
+    line = json.dumps({"topic": "LoadT", "body": "once", "unique_key": "7F0000011F2E000000000000000000AB"})
+    code, results, _ = _load(tmp_path, f"{line}\n{line}\n")
+    assert code == 0
+    assert [r["unique_key"] for r in results] == ["7F0000011F2E000000000000000000AB"] * 2
+    assert results[0]["phys_offset"] == results[1]["phys_offset"]
+    assert len(_records(tmp_path / "s")) == 1
+    with pytest.raises(ndjson_load.LoadLineError, match="'unique_key' must be a string"):
+        ndjson_load.parse_load_line(b'{"topic": "T", "body": "x", "unique_key": 5}', 1)
