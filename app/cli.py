@@ -16,7 +16,7 @@ from app.presenters import message_dict
 from app.services.errors import ServiceError
 from pipeline import cli as pipeline_cli
 from store.errors import StoreError
-from store.geometry import (
+from store.log.geometry import (
     DEFAULT_COMMITLOG_FILE_SIZE,
     DEFAULT_CQ_FILE_SIZE,
     DEFAULT_INDEX_ENTRIES,

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from store.geometry import StoreGeometry
+from store.log.geometry import StoreGeometry
 
 DB_FILE_NAME = "mqlens.db"
 STORE_DIR_NAME = "store"

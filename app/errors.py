@@ -26,6 +26,7 @@ from app.services.errors import (
     NotFoundError,
     ServiceError,
 )
+from store.broker.metadata import TopicNotFoundError
 from store.errors import (
     FlowControlError,
     MessageNotFoundError,
@@ -34,7 +35,6 @@ from store.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
-from store.metadata import TopicNotFoundError
 
 __all__ = ["FlowControlError", "error_response", "install_error_handlers", "status_for"]
 

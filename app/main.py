@@ -66,7 +66,7 @@ from app.services.rates import RateSampler
 from app.services.redrive import RedriveRunner
 from app.twin import JsonTwinMiddleware
 from store.clock import Clock, SystemClock
-from store.delay_levels import DEFAULT_DELAY_LEVELS
+from store.format.delay_levels import DEFAULT_DELAY_LEVELS
 from store.message_store import MessageStore, StoreConfig
 
 log = logging.getLogger("mqlens.app")

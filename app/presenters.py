@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import contextlib
 
-from store.codec import StoredMessage
-from store.pop import Received
-from store.topics import message_copy_kind
+from store.broker.pop import Received
+from store.format.codec import StoredMessage
+from store.format.topics import message_copy_kind
 
 
 def message_dict(msg: StoredMessage, show_body: bool = True) -> dict:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from pipeline.jobs import JOBS
-from store.pop import MAX_INVISIBLE_MS, MAX_MESSAGES, MAX_WAIT_MS, MIN_INVISIBLE_MS
+from store.broker.pop import MAX_INVISIBLE_MS, MAX_MESSAGES, MAX_WAIT_MS, MIN_INVISIBLE_MS
 
 StrictInt = Annotated[int, Field(strict=True)]
 Reason = Annotated[str | None, Field(max_length=2000, description="Why (a sentence or a ticket), for the audit log.")]

@@ -20,7 +20,7 @@ from app.roles import ANONYMOUS, Permission, Principal, Role, roles_with
 from app.services import accounts, reveal
 from app.services.errors import AuthenticationError, ForbiddenError
 from store.clock import Clock
-from store.codec import StoredMessage
+from store.format.codec import StoredMessage
 
 SESSION_COOKIE = "mqlens_session"
 SESSION_KEY = "sid"

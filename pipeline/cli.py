@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from pipeline.jobs import JOBS
-from store.geometry import DEFAULT_CQ_FILE_SIZE, DEFAULT_INDEX_ENTRIES, DEFAULT_INDEX_SLOTS, StoreGeometry
+from store.log.geometry import DEFAULT_CQ_FILE_SIZE, DEFAULT_INDEX_ENTRIES, DEFAULT_INDEX_SLOTS, StoreGeometry
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="PySpark jobs over a store's files.")
 EXIT_FAILED = 1

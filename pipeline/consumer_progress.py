@@ -11,11 +11,11 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from store.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK
-from store.config_file import read_config
-from store.offsets import KEY_SEPARATOR, ConsumerOffsets
-from store.paths import StorePaths
-from store.pop_state import STATE_FILE, PopState, load_state
+from store.broker.offsets import KEY_SEPARATOR, ConsumerOffsets
+from store.broker.pop_state import STATE_FILE, PopState, load_state
+from store.format.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK
+from store.log.config_file import read_config
+from store.log.paths import StorePaths
 
 OFFSETS_DDL = "topic STRING, `group` STRING, queue_id INT, committed BIGINT"
 IN_FLIGHT_DDL = ("`group` STRING, topic STRING, queue_id INT, queue_offset BIGINT, attempt INT, due_ms BIGINT, "

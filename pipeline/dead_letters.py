@@ -11,8 +11,8 @@ from pyspark.sql import functions as F
 
 from pipeline.message_ids import message_copies, origin_topic, originals
 from pipeline.trace_events import events_of, trace_events
-from store import topics
-from store.trace import TraceKind
+from store.broker.trace import TraceKind
+from store.format import topics
 
 DAY_MS = 86_400_000
 DEAD_LETTER_DDL = (

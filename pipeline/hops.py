@@ -12,9 +12,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.message_ids import prop
-from store import topics
-from store.delay_levels import UNKNOWN_LEVEL_DELAY_MS, DelayLevels
-from store.trace import TraceKind
+from store.broker.trace import TraceKind
+from store.format import topics
+from store.format.delay_levels import UNKNOWN_LEVEL_DELAY_MS, DelayLevels
 
 HOP_FIELDS = (
     ("kind", "STRING"), ("time_ms", "BIGINT"), ("derived", "BOOLEAN"), ("group", "STRING"), ("attempt", "INT"),
@@ -105,7 +105,7 @@ def deliver_time(levels: DelayLevels, level: Column, store_timestamp: Column, ph
 
 
 def timer_deliver_ms() -> Column:
-    """store.delivery_time.timer_deliver_ms: TIMER_DELIVER_MS when it is a plain number, else the store time."""
+    """store.format.delivery_time.timer_deliver_ms: TIMER_DELIVER_MS when it is a plain number, else the store time."""
     text = prop(topics.TIMER_DELIVER_MS)
     return F.when(text.rlike("^[0-9]{1,18}$"), text.cast("bigint")).otherwise(F.col("store_timestamp"))
 

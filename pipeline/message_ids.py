@@ -13,7 +13,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from store import topics
+from store.format import topics
 
 # Properties only a copy made from another message carries (a retry, a dead letter or a resend).
 COPY_MARKERS = (topics.ORIGIN_MESSAGE_ID, topics.DLQ_ORIGIN_TOPIC, topics.DLQ_ORIGIN_MESSAGE_ID, topics.RESENT_FROM)

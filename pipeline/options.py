@@ -8,9 +8,10 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels, read_delay_levels
-from store.geometry import StoreGeometry
-from store.paths import StorePaths
+from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
+from store.log.delay_levels_file import read_delay_levels
+from store.log.geometry import StoreGeometry
+from store.log.paths import StorePaths
 
 FORMAT = "rocketmq_commitlog"
 

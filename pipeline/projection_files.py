@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from store.consume_queue import ConsumeQueue
-from store.index import IndexFile
-from store.paths import StorePaths, index_name_for
+from store.log.paths import StorePaths, index_name_for
+from store.projections.consume_queue import ConsumeQueue
+from store.projections.index import IndexFile
 
 QUEUE_SUMMARY_DDL = "topic STRING, queue_id INT, units BIGINT"
 QUEUE_SUMMARY_SCHEMA = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("units", pa.int64())])

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from store.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK, DispatchView
-from store.delay_levels import DelayLevels
-from store.dispatch import index_keys_of, tags_code_of
-from store.index import index_key
-from store.javahash import index_key_hash
+from store.format.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK, DispatchView
+from store.format.delay_levels import DelayLevels
+from store.format.javahash import index_key_hash
+from store.projections.dispatch import index_keys_of, tags_code_of
+from store.projections.index import index_key
 
 # The data source's columns a projection reads (pipeline.records.SCHEMA_DDL).
 SOURCE_COLUMNS = ("phys_offset", "size", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from store import codec, topics
-from store.hosts import HostAddress
+from store.format import codec, topics
+from store.format.hosts import HostAddress
 
 # The DDL Spark is given and the Arrow schema every batch is built with: the two must match exactly.
 SCHEMA_DDL = (

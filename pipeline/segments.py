@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store import codec
 from store.errors import CorruptRecordError
-from store.layouts import (
+from store.format import codec
+from store.format.layouts import (
     BLANK,
     BLANK_MIN_LENGTH,
     INT32,
@@ -27,7 +27,7 @@ from store.layouts import (
     RECORD_HEAD_FIELDS,
     field_offset,
 )
-from store.paths import is_offset_name
+from store.log.paths import is_offset_name
 
 PHYS_OFFSET_AT = field_offset(RECORD_HEAD_FIELDS, "phys_offset")
 MAGIC_AT = field_offset(RECORD_HEAD_FIELDS, "magic")

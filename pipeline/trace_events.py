@@ -12,8 +12,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.options import SourceOptions
-from store import topics
-from store.trace import TraceKind
+from store.broker.trace import TraceKind
+from store.format import topics
 
 EVENT_DDL = (
     "kind STRING, unique_key STRING, at_ms BIGINT, topic STRING, queue_id INT, queue_offset BIGINT, "

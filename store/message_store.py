@@ -14,17 +14,19 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from store import ids, topics
-from store.checkpoint import Checkpoint
+from store.broker.dedupe import DEFAULT_WINDOW_MS, RecentKeyFilter
+from store.broker.metadata import GroupConfig, Metadata, TopicConfig, checked_group
+from store.broker.offsets import ConsumerOffsets
+from store.broker.pop import PopService, Received
+from store.broker.pull import SCAN_LIMIT_FACTOR, PullResult, TagFilter, check_consumable, check_pull_size
+from store.broker.receipt import ReceiptHandleError
+from store.broker.record_builder import NewMessage, RecordBuilder, is_valid_key
+from store.broker.retry import SendBack, origin_topic, route_send_back
+from store.broker.schedule import MAX_DELIVERIES_PER_PASS, DeliveryPass, ScheduleService
+from store.broker.stats import StoreStats
+from store.broker.timer import TimerService
+from store.broker.trace import TraceEvent, TraceKind, decode_trace, ordered, trace_message
 from store.clock import Clock, SystemClock
-from store.codec import COMPRESSED_FLAG, StoredMessage
-from store.commitlog import CommitLog, RecoveryResult
-from store.consume_queue import ConsumeQueues
-from store.dedupe import DEFAULT_WINDOW_MS, RecentKeyFilter
-from store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels, read_delay_levels, write_delay_levels
-from store.delivery_time import parse_deliver_ms
-from store.disk_guard import DiskGuard
-from store.dispatch import Dispatcher
 from store.errors import (
     FlowControlError,
     InvalidIdError,
@@ -35,23 +37,22 @@ from store.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
-from store.geometry import StoreGeometry
-from store.hosts import HostAddress
-from store.index import IndexService
-from store.metadata import GroupConfig, Metadata, TopicConfig, checked_group
-from store.offsets import ConsumerOffsets
-from store.paths import LOCK_CONTENT, StorePaths
-from store.pop import PopService, Received
-from store.pull import SCAN_LIMIT_FACTOR, PullResult, TagFilter, check_consumable, check_pull_size
-from store.receipt import ReceiptHandleError
-from store.record_builder import NewMessage, RecordBuilder, is_valid_key
-from store.recordio import assign_queue_offsets, index_key_hash, put_results
-from store.retention import DEFAULT_RESERVED_HOURS, HOUR_MS, Expiry, RetentionPass, expired_until, expiry_of
-from store.retry import SendBack, origin_topic, route_send_back
-from store.schedule import MAX_DELIVERIES_PER_PASS, DeliveryPass, ScheduleService
-from store.stats import StoreStats
-from store.timer import TimerService
-from store.trace import TraceEvent, TraceKind, decode_trace, ordered, trace_message
+from store.format import ids, topics
+from store.format.codec import COMPRESSED_FLAG, StoredMessage
+from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
+from store.format.delivery_time import parse_deliver_ms
+from store.format.hosts import HostAddress
+from store.format.recordio import assign_queue_offsets, index_key_hash, put_results
+from store.log.checkpoint import Checkpoint
+from store.log.commitlog import CommitLog, RecoveryResult
+from store.log.delay_levels_file import read_delay_levels, write_delay_levels
+from store.log.disk_guard import DiskGuard
+from store.log.geometry import StoreGeometry
+from store.log.paths import LOCK_CONTENT, StorePaths
+from store.log.retention import DEFAULT_RESERVED_HOURS, HOUR_MS, Expiry, RetentionPass, expired_until, expiry_of
+from store.projections.consume_queue import ConsumeQueues
+from store.projections.dispatch import Dispatcher
+from store.projections.index import IndexService
 
 MAX_QUERY_RESULTS = 10_000
 LOCK_SPINS = 20
@@ -1077,7 +1078,7 @@ class MessageStore:
             }
 
     def check(self):
-        from store.check import check_store
+        from store.projections.check import check_store
 
         with self._lock:
             return check_store(self)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from store.geometry import StoreGeometry
+from store.log.geometry import StoreGeometry
 
 GOLDEN_DIR = Path(__file__).resolve().parents[2] / "shared" / "golden" / "rocketmq-4.9.8-store"
 GOLDEN_GEOMETRY = StoreGeometry(commitlog_file_size=32768, cq_file_size=80, index_slots=64, index_entries=64)

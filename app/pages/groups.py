@@ -19,7 +19,7 @@ from app.services import offset_reset
 from app.services.audit import MAX_REASON
 from app.services.errors import InvalidRequestError
 from app.services.group_status import group_detail, group_rows
-from store.topics import is_system_topic
+from store.format.topics import is_system_topic
 
 router = APIRouter(include_in_schema=False)
 

@@ -21,8 +21,8 @@ from app.services import dead_letters, lookup, reveal
 from app.services import resend as resend_service
 from app.services.audit import MAX_REASON
 from app.services.errors import ForbiddenError, InvalidRequestError
-from store import topics
-from store.codec import StoredMessage
+from store.format import topics
+from store.format.codec import StoredMessage
 from store.message_store import MessageStore
 
 router = APIRouter(include_in_schema=False)

@@ -16,7 +16,7 @@ from app.services import resend as resend_service
 from app.services import timeline as service
 from app.services.errors import InvalidRequestError
 from app.services.timeline import MessageTimeline
-from store import topics
+from store.format import topics
 from store.message_store import MessageStore
 
 router = APIRouter(include_in_schema=False)

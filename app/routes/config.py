@@ -19,7 +19,7 @@ from app.schemas import (
 from app.security import READ, Configurer
 from app.services import config
 from app.services.errors import InvalidRequestError
-from store.metadata import DEFAULT_RETRY_MAX_TIMES
+from store.broker.metadata import DEFAULT_RETRY_MAX_TIMES
 
 router = APIRouter(tags=["configuration"])
 

@@ -13,7 +13,7 @@ from app.routes import error_responses
 from app.schemas import OffsetResponse, OffsetUpdate, QueueMessagesResponse
 from app.security import MESSAGING, READ, BodyPolicy
 from app.services import queue_view
-from store.pull import MAX_PULL_MESSAGES
+from store.broker.pull import MAX_PULL_MESSAGES
 
 router = APIRouter(tags=["consuming"])
 

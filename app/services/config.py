@@ -13,12 +13,12 @@ from app.models import AuditEntry, ConfigVersion
 from app.roles import Principal
 from app.services import audit
 from app.services.errors import ConflictError, InvalidRequestError, NotFoundError
-from store import topics
+from store.broker.metadata import DEFAULT_RETRY_MAX_TIMES
+from store.broker.retry import retry_delay_level
 from store.clock import Clock
-from store.delay_levels import parse_delay_levels
+from store.format import topics
+from store.format.delay_levels import parse_delay_levels
 from store.message_store import MessageStore
-from store.metadata import DEFAULT_RETRY_MAX_TIMES
-from store.retry import retry_delay_level
 
 DELAY_LEVELS = "delay_levels"
 SET_DELAY_LEVELS = "set_delay_levels"

@@ -15,13 +15,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.models import ResendItem
 from app.services.errors import InvalidRequestError, NotFoundError
 from app.services.resend import RESENT_FROM_PROPERTY, group_of, resent_before
-from store import topics
+from store.broker.retry import origin_topic
+from store.broker.trace import TraceKind
 from store.clock import Clock
-from store.codec import StoredMessage
 from store.errors import StoreError
+from store.format import topics
+from store.format.codec import StoredMessage
 from store.message_store import MessageStore
-from store.retry import origin_topic
-from store.trace import TraceKind
 
 STATES = ("waiting", "resent", "failed_again")
 MAX_LIMIT = 500

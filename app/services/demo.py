@@ -10,9 +10,9 @@ import json
 import logging
 import threading
 
+from store.broker.record_builder import NewMessage
 from store.errors import StoreError
 from store.message_store import MessageStore
-from store.record_builder import NewMessage
 
 DEMO_TOPIC = "DemoTopic"
 DEMO_GROUP = "demo-billing"

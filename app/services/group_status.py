@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from app.services import groups as group_service
 from app.services.errors import NotFoundError
-from store import topics
+from store.broker.metadata import GroupConfig, checked_group
+from store.broker.offsets import KEY_SEPARATOR
 from store.errors import StoreError
+from store.format import topics
 from store.message_store import MessageStore
-from store.metadata import GroupConfig, checked_group
-from store.offsets import KEY_SEPARATOR
 
 RETRY_SCAN_LIMIT = 1_000  # scheduled messages looked at per delay level for one group's retries
 

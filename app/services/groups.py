@@ -12,9 +12,9 @@ from app.models import AuditEntry
 from app.roles import Principal
 from app.services import audit
 from app.services.errors import ConflictError
+from store.broker.metadata import GroupConfig
 from store.clock import Clock
 from store.message_store import MessageStore
-from store.metadata import GroupConfig
 
 UPDATE_GROUP = "update_group"
 

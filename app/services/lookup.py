@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass, field
 
 from app.services.errors import InvalidRequestError, NotFoundError
-from store import ids, topics
-from store.codec import StoredMessage
 from store.errors import InvalidIdError, MessageNotFoundError
+from store.format import ids, topics
+from store.format.codec import StoredMessage
 from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MAX_QUERY_RESULTS, MessageStore
 
 QUEUE_ADDRESS = re.compile(r"^(?P<topic>[%|a-zA-Z0-9_-]+):(?P<queue>\d{1,4}):(?P<offset>\d{1,19})$")

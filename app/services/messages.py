@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 from app.services.errors import InvalidRequestError
 from app.services.topics import check_producer_topic
-from store import topics
+from store.broker.record_builder import NewMessage
+from store.format import topics
 from store.message_store import MessageStore, PutResult
-from store.record_builder import NewMessage
 
 MAX_MESSAGES_PER_REQUEST = 1000
 

@@ -12,8 +12,8 @@ from app.models import AuditEntry
 from app.roles import Principal
 from app.services import audit
 from app.services.errors import InvalidRequestError, NotFoundError
-from store import topics
 from store.clock import Clock
+from store.format import topics
 from store.message_store import MessageStore
 
 RESET_OFFSETS = "reset_offsets"

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.geometry import StoreGeometry
+from store.log.geometry import StoreGeometry
 
 LOCAL_MASTERS = ("local[1]", "local[2]", "local[*]")
 RUNS_DIR_NAME = "pipeline-runs"

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.services.errors import InvalidRequestError, NotFoundError
-from store import topics
-from store.codec import StoredMessage
+from store.broker.metadata import TopicConfig
+from store.format import topics
+from store.format.codec import StoredMessage
 from store.message_store import MessageStore
-from store.metadata import TopicConfig
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from store.stats import StatsSnapshot, StoreStats
+from store.broker.stats import StatsSnapshot, StoreStats
 
 DEFAULT_WINDOW_MS = 10_000
 MIN_SPAN_MS = 1_000  # a shorter span says more about the moment of sampling than about traffic

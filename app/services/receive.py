@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from store.broker.pop import Received
 from store.message_store import MessageStore
-from store.pop import Received
 
 
 @dataclass(frozen=True)

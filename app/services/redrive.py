@@ -35,9 +35,9 @@ from app.services.resend import (
     find_dead_letter,
     resent_before,
 )
-from store import ids, topics
 from store.clock import Clock
 from store.errors import FlowControlError, StoreError
+from store.format import ids, topics
 from store.message_store import MessageStore
 
 log = logging.getLogger("mqlens.redrive")

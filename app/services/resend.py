@@ -25,13 +25,13 @@ from app.roles import Permission, Principal
 from app.services import audit, lookup
 from app.services.errors import ConflictError, ForbiddenError, InvalidRequestError, NotFoundError
 from app.services.messages import RESERVED_PROPERTIES
-from store import topics
+from store.broker.record_builder import is_valid_key
+from store.broker.retry import origin_topic
 from store.clock import Clock
-from store.codec import StoredMessage
 from store.errors import StoreError
+from store.format import topics
+from store.format.codec import StoredMessage
 from store.message_store import FAR_FUTURE_MS, MessageStore
-from store.record_builder import is_valid_key
-from store.retry import origin_topic
 
 RESEND_DEAD_LETTERS = "resend_dead_letters"
 ACTION_PROPERTY = topics.RESEND_ACTION  # the audit entry id of the action that made the copy

@@ -10,7 +10,7 @@ from app.models import AuditEntry
 from app.roles import Permission, Principal
 from app.services import audit
 from store.clock import Clock
-from store.codec import StoredMessage
+from store.format.codec import StoredMessage
 
 REVEAL_BODY = "reveal_body"
 REVEAL_LASTS_MS = 15 * 60 * 1000

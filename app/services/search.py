@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from app.services import lookup
 from app.services.errors import InvalidRequestError
-from store.codec import StoredMessage
+from store.format.codec import StoredMessage
 from store.message_store import FAR_FUTURE_MS, MAX_QUERY_RESULTS, MessageStore
 
 # Where the next page starts: below (store time, commit log offset) of the last message shown,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.services import group_status
-from store import topics
+from store.format import topics
 from store.message_store import MessageStore
 
 

@@ -11,12 +11,12 @@ from app.services import lookup
 from app.services.errors import InvalidRequestError, NotFoundError
 from app.services.timeline_hops import Hop, hops_from_copies, hops_from_events
 from app.services.timeline_verdicts import ConsumerProgress, Verdict, verdicts
-from store import topics
-from store.codec import StoredMessage
+from store.broker.metadata import DEFAULT_RETRY_MAX_TIMES
+from store.broker.trace import TraceEvent, TraceKind
 from store.errors import StoreError
+from store.format import topics
+from store.format.codec import StoredMessage
 from store.message_store import MessageStore
-from store.metadata import DEFAULT_RETRY_MAX_TIMES
-from store.trace import TraceEvent, TraceKind
 
 # Unique keys (client ids, RocketMQ 5 message ids) and offset message ids are hex strings.
 MESSAGE_ID = re.compile(r"^[0-9A-Fa-f]{16,128}$")

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
-from store import topics
-from store.codec import StoredMessage
-from store.delivery_time import timer_deliver_ms
-from store.trace import TraceEvent, TraceKind
+from store.broker.trace import TraceEvent, TraceKind
+from store.format import topics
+from store.format.codec import StoredMessage
+from store.format.delivery_time import timer_deliver_ms
 
 HOP_LABELS = {
     "produced": "produced",

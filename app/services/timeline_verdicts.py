@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from app.services.timeline_hops import Hop
+from store.broker.offsets import KEY_SEPARATOR, offset_key
 from store.message_store import MessageStore
-from store.offsets import KEY_SEPARATOR, offset_key
 
 VerdictState = Literal["consumed", "retry_pending", "dead_lettered", "pending", "unknown"]
 

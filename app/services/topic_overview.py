@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from app.services import topics as topic_service
 from app.services.errors import NotFoundError
-from store import topics
 from store.errors import StoreError
+from store.format import topics
 from store.message_store import MessageStore
 
 RATE_WINDOW_MS = 60_000

@@ -10,10 +10,10 @@ from app.models import AuditEntry
 from app.roles import Principal
 from app.services import audit
 from app.services.errors import ForbiddenError
-from store import topics
+from store.broker.metadata import TopicConfig
 from store.clock import Clock
+from store.format import topics
 from store.message_store import MessageStore
-from store.metadata import TopicConfig
 
 UPDATE_TOPIC = "update_topic"
 

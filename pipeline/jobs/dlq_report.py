@@ -30,7 +30,7 @@ from pipeline.message_ids import message_copies
 from pipeline.options import SourceOptions
 from pipeline.staged_output import staged_output
 from pipeline.trace_events import trace_records, with_trace_bodies
-from store import topics
+from store.format import topics
 
 TOP = 20
 TTD_ACCURACY = 100_000

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from pipeline.options import SourceOptions
 from pipeline.staged_output import staged_output
-from store.codec import TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK
+from store.format.codec import TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK
 
 KEY_INDEX_DDL = ("topic STRING, key STRING, kind STRING, offset_msg_id STRING, unique_key STRING, "
                  "phys_offset BIGINT, store_timestamp BIGINT")

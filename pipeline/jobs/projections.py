@@ -52,8 +52,8 @@ from pipeline.projection_files import (
 from pipeline.projection_rows import PROJECTED_DDL, SOURCE_COLUMNS, project
 from pipeline.segments import segment_files
 from pipeline.staged_output import staged_output
-from store.geometry import StoreGeometry
-from store.paths import StorePaths
+from store.log.geometry import StoreGeometry
+from store.log.paths import StorePaths
 
 RANGE_BYTES = 64 * 1024 * 1024  # commit log bytes whose keys one task numbers
 

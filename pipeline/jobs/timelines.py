@@ -26,7 +26,7 @@ from pipeline.staged_output import staged_output
 from pipeline.trace_events import events_of, trace_events, trace_records, with_trace_bodies
 from pipeline.verdicts import VERDICT_DDL as SETTLED_DDL
 from pipeline.verdicts import with_verdicts
-from store.delay_levels import DelayLevels
+from store.format.delay_levels import DelayLevels
 
 VERDICT_DDL = f"{SETTLED_DDL}, time_to_dlq_ms BIGINT"
 TIMELINE_DDL = (

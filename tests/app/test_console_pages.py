@@ -229,7 +229,7 @@ async def test_every_page_links_its_json_twin_and_the_docs_work_offline(api):
 async def test_a_stored_unique_key_the_index_cannot_be_asked_for_still_shows_its_message(api):
     import dataclasses
 
-    from store.record_builder import NewMessage
+    from store.broker.record_builder import NewMessage
 
     api.store.config = dataclasses.replace(api.store.config, trace=False)
     put = api.store.put(NewMessage("Orders", b"odd client", properties={"UNIQ_KEY": "has space"}))

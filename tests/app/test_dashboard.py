@@ -7,7 +7,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.services.rates import RateSampler
-from store.stats import StoreStats
+from store.broker.stats import StoreStats
 from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio

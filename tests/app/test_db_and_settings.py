@@ -25,7 +25,7 @@ from app.db import (
     session_factory,
 )
 from app.models import AuditEntry, Base, ConfigVersion
-from store.geometry import DEFAULT_COMMITLOG_FILE_SIZE
+from store.log.geometry import DEFAULT_COMMITLOG_FILE_SIZE
 
 
 def test_settings_defaults(monkeypatch):

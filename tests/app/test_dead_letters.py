@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from store import topics
+from store.format import topics
 from tests.app.conftest import assert_error, bearer, put_messages
 from tests.app.test_resend import GROUP, OTHER, receive
 

@@ -12,8 +12,8 @@ from sqlalchemy import select
 
 from app.models import AuditEntry, ConfigVersion
 from app.services.config import DELAY_LEVELS, SET_DELAY_LEVELS
-from store import topics
-from store.delay_levels import DEFAULT_DELAY_LEVELS
+from store.format import topics
+from store.format.delay_levels import DEFAULT_DELAY_LEVELS
 from tests.app.conftest import assert_error, audit_rows, make_settings, put_messages, running
 
 pytestmark = pytest.mark.anyio

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from app.cli import main
 from app.config import Settings
-from store import topics
-from store.delay_levels import parse_delay_levels
+from store.format import topics
+from store.format.delay_levels import parse_delay_levels
 from tests.app.conftest import assert_error, make_settings, running
 from tests.conftest import GOLDEN_GEOMETRY, GOLDEN_GEOMETRY_FLAGS, file_digests
 from tests.live_server import LiveServer

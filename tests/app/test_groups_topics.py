@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store.metadata import DEFAULT_RETRY_MAX_TIMES
+from store.broker.metadata import DEFAULT_RETRY_MAX_TIMES
 from tests.app.conftest import assert_error, make_settings, put_messages, running
 
 pytestmark = pytest.mark.anyio

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import topics
+from store.format import topics
 from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio

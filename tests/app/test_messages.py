@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from store import topics
+from store.format import topics
 from tests.app.conftest import assert_error
 
 pytestmark = pytest.mark.anyio

@@ -26,7 +26,7 @@ from app.models import AuditEntry, PipelineRun
 from app.roles import SYSTEM
 from app.services import audit
 from app.services.pipeline_runs import CANCEL_RUN, NOT_STARTED, START_RUN
-from store.delay_levels import DEFAULT_DELAY_LEVELS
+from store.format.delay_levels import DEFAULT_DELAY_LEVELS
 from tests.app.conftest import SMALL_GEOMETRY, assert_error, audit_rows, bearer, make_settings, put_messages, running
 from tests.app.fake_pipeline import SPARK_ERROR
 from tests.app.test_resend import receive

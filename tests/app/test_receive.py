@@ -10,8 +10,8 @@ import pytest
 
 from app.presenters import message_dict
 from app.schemas import MessageOut
-from store import topics
-from store.delay_levels import DelayLevels
+from store.format import topics
+from store.format.delay_levels import DelayLevels
 from tests.app.conftest import assert_error, make_settings, put_messages, running
 
 pytestmark = pytest.mark.anyio
@@ -234,7 +234,7 @@ async def test_a_handle_of_another_group_is_400(api):
 
 
 async def test_a_forged_handle_for_a_message_never_received_is_400(api):
-    from store.receipt import new_handle
+    from store.broker.receipt import new_handle
 
     await produce(api, 1)
     forged = new_handle(GROUP, TOPIC, 0, 0, 1, "0" * 16)

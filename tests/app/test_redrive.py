@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 
 from app.models import RedriveJob, ResendItem
 from app.services.resend import ACTION_PROPERTY, RESENT_FROM_PROPERTY
-from store import topics
+from store.format import topics
 from tests.app.conftest import assert_error, audit_rows, make_settings, put_messages, running
 from tests.app.test_resend import GROUP, receive
 

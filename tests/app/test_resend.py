@@ -17,8 +17,8 @@ from app.services.resend import (
     RESENT_FROM_PROPERTY,
     reconcile_resends,
 )
-from store import topics
 from store.errors import DiskFullError
+from store.format import topics
 from tests.app.conftest import assert_error, audit_rows, bearer, make_settings, put_messages, running
 
 pytestmark = pytest.mark.anyio

@@ -77,7 +77,7 @@ def test_demo_workload_puts_messages_until_stopped(tmp_path: Path):
 def test_the_demo_consumer_acks_retries_and_dead_letters(tmp_path: Path):
     from app.services.demo import DEMO_GROUP, POISON_EVERY
     from store.clock import FakeClock
-    from store.topics import dlq_topic
+    from store.format.topics import dlq_topic
 
     clock = FakeClock()
     settings = make_settings(tmp_path)

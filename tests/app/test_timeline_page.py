@@ -10,8 +10,8 @@ import pytest
 from markupsafe import escape
 
 from app.render import format_ms
-from store import topics
-from store.delay_levels import DelayLevels
+from store.format import topics
+from store.format.delay_levels import DelayLevels
 from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from store.retention import HOUR_MS
+from store.log.retention import HOUR_MS
 from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio

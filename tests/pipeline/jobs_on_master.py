@@ -18,7 +18,7 @@ from pipeline.jobs import JOBS
 from pipeline.options import SourceOptions
 from pipeline.run import run_job
 from pipeline.session import job_session, spark_session
-from store.geometry import StoreGeometry
+from store.log.geometry import StoreGeometry
 
 
 def main(argv: list[str]) -> int:

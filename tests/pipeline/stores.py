@@ -16,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from store import topics
+from store.broker.metadata import TopicConfig
 from store.clock import FakeClock
-from store.codec import StoredMessage
-from store.geometry import StoreGeometry
+from store.format import topics
+from store.format.codec import StoredMessage
+from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage, StoreConfig
-from store.metadata import TopicConfig
 
 GEOMETRY = StoreGeometry(commitlog_file_size=64 * 1024, cq_file_size=20 * 64, index_slots=64, index_entries=2048)
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

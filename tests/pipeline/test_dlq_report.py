@@ -22,10 +22,10 @@ from pipeline.dead_letters import DEAD_LETTER_DDL, dead_letters
 from pipeline.jobs import dlq_report
 from pipeline.options import SourceOptions
 from pipeline.trace_events import trace_records
-from store import topics
-from store.codec import StoredMessage
+from store.broker.retry import origin_topic
+from store.format import topics
+from store.format.codec import StoredMessage
 from store.message_store import MessageStore, StoreConfig
-from store.retry import origin_topic
 from tests.conftest import BROKER_DELAY_LEVELS, BROKER_GEOMETRY, GOLDEN_GEOMETRY
 from tests.pipeline.stores import GEOMETRY, build_retry_store
 

@@ -13,14 +13,14 @@ import pytest
 from pipeline.jobs import projections
 from pipeline.options import SourceOptions
 from pipeline.projection_files import plan_index_files
-from store import topics
 from store.clock import FakeClock
-from store.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
-from store.delay_levels import DEFAULT_DELAY_LEVELS
-from store.geometry import StoreGeometry
-from store.layouts import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT, RECORD_HEAD_FIELDS, field_offset
+from store.format import topics
+from store.format.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
+from store.format.delay_levels import DEFAULT_DELAY_LEVELS
+from store.format.layouts import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT, RECORD_HEAD_FIELDS, field_offset
+from store.log.geometry import StoreGeometry
+from store.log.paths import index_name_for, is_index_name, offset_to_name
 from store.message_store import MessageStore, NewMessage, StoreConfig
-from store.paths import index_name_for, is_index_name, offset_to_name
 from tests.conftest import BROKER_DELAY_LEVELS, BROKER_GEOMETRY, GOLDEN_GEOMETRY, GOLDEN_GEOMETRY_FLAGS
 
 # Small files everywhere: several commit log segments, queues over many files, index files that

@@ -16,7 +16,7 @@ from pyspark.testing import assertDataFrameEqual
 from pipeline.progress import read_scan_progress
 from pipeline.segments import WalkReport, segment_files, walk
 from store.clock import FakeClock
-from store.geometry import StoreGeometry
+from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage, StoreConfig
 
 GEOMETRY = StoreGeometry(commitlog_file_size=256 * 1024, cq_file_size=20 * 512, index_slots=256, index_entries=4096)

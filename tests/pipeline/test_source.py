@@ -13,10 +13,10 @@ from pyspark.testing import assertDataFrameEqual
 from pipeline.jobs import trace
 from pipeline.options import SourceOptions
 from pipeline.records import SCHEMA_DDL
-from store import topics
 from store.clock import FakeClock
-from store.codec import StoredMessage
-from store.geometry import StoreGeometry
+from store.format import topics
+from store.format.codec import StoredMessage
+from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage, StoreConfig
 from tests.conftest import GOLDEN_GEOMETRY
 from tests.pipeline.stores import every_record

@@ -16,11 +16,11 @@ from pipeline.consumer_progress import read_progress
 from pipeline.jobs import timelines
 from pipeline.options import SourceOptions
 from pipeline.records import SCHEMA_DDL
-from store import ids, topics
-from store.codec import StoredMessage
-from store.delay_levels import DelayLevels
+from store.broker.retry import origin_topic
+from store.format import ids, topics
+from store.format.codec import StoredMessage
+from store.format.delay_levels import DelayLevels
 from store.message_store import MessageStore, StoreConfig
-from store.retry import origin_topic
 from tests.conftest import BROKER_DELAY_LEVELS, BROKER_GEOMETRY, GOLDEN_GEOMETRY
 from tests.pipeline.stores import GEOMETRY, build_retry_store, every_record
 

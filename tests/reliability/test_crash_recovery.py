@@ -12,8 +12,8 @@ import threading
 import pytest
 
 from store.errors import CorruptRecordError, MessageNotFoundError
+from store.log.paths import StorePaths, offset_to_name
 from store.message_store import MessageStore
-from store.paths import StorePaths, offset_to_name
 from tests.conftest import GOLDEN_GEOMETRY, GOLDEN_GEOMETRY_FLAGS
 from tests.store.helpers import fill, sample_message, small_config
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from store import topics
-from store.geometry import StoreGeometry
+from store.format import topics
+from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, StoreConfig
 from tests.live_server import LiveServer, wait_until
 from tests.reliability.test_resend_crash import prepare

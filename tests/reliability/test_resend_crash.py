@@ -22,9 +22,9 @@ from sqlalchemy import select
 from app.db import make_engine, session_factory
 from app.models import AuditEntry, ResendItem
 from app.services.resend import RESEND_DEAD_LETTERS
-from store import topics
 from store.clock import SystemClock
-from store.geometry import StoreGeometry
+from store.format import topics
+from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage, StoreConfig
 from tests.live_server import ADMIN_HEADERS, LiveServer
 

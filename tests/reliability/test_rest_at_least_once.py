@@ -20,10 +20,10 @@ from pathlib import Path
 
 import httpx
 
-from store import topics
-from store.geometry import StoreGeometry
+from store.broker.trace import TraceKind
+from store.format import topics
+from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, StoreConfig
-from store.trace import TraceKind
 from tests.live_server import ADMIN_HEADERS, LiveServer, wait_until
 
 MESSAGES = 10_000

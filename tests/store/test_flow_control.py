@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from store.errors import DiskFullError, FlowControlError
-from store.geometry import StoreGeometry
+from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage
 from tests.conftest import GOLDEN_GEOMETRY
 from tests.store.helpers import small_config
@@ -74,7 +74,7 @@ def test_a_busy_store_refuses_sends_after_the_wait_limit(tmp_path):
 def test_a_crash_while_a_file_is_being_created_leaves_no_short_file(tmp_path, monkeypatch):
     """The file is named only once it has its full size: a writer killed while reserving its
     blocks (here: an interrupt inside the reservation) leaves nothing the next open would refuse."""
-    from store import mapped_file
+    from store.log import mapped_file
 
     def killed(fd, size):
         raise KeyboardInterrupt

@@ -11,9 +11,9 @@ import zlib
 
 import pytest
 
-from store import codec, ids
 from store.errors import ReadOnlyStoreError
-from store.javahash import index_key_hash, java_string_hash
+from store.format import codec, ids
+from store.format.javahash import index_key_hash, java_string_hash
 from store.message_store import MessageStore, NewMessage, StoreConfig
 from tests.conftest import GOLDEN_GEOMETRY, file_digests
 
@@ -115,7 +115,7 @@ def test_every_consume_queue_unit_matches(golden, golden_manifest):
 
 
 def test_tags_code_recomputed_from_records(golden, golden_manifest):
-    from store.dispatch import tags_code_of
+    from store.projections.dispatch import tags_code_of
 
     for r in message_records(golden_manifest):
         assert tags_code_of(golden.read(r["physicalOffset"]), golden.delay_levels) == r["dispatch_tagsCode"]

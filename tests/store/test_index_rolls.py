@@ -10,10 +10,10 @@ from dataclasses import replace
 import numpy as np
 
 from store.clock import FakeClock
-from store.index import IndexService, index_key
-from store.javahash import index_key_hash
+from store.format.javahash import index_key_hash
+from store.format.recordio import index_put
 from store.message_store import MessageStore
-from store.recordio import index_put
+from store.projections.index import IndexService, index_key
 from tests.store.helpers import sample_message, small_config
 
 # Entry 0 is never used: six keys per file, and a record has three (unique key and two keys).

@@ -163,7 +163,7 @@ def test_put_many_numbers_each_queue_consecutively(store):
 def test_dispatch_continues_past_a_window_holding_only_a_filler(store, monkeypatch):
     """Dispatch scans in batches; a batch that reaches a BLANK filler must move on to the next
     segment, not jump to the end."""
-    monkeypatch.setattr("store.dispatch.DISPATCH_BATCH_RECORDS", 1)
+    monkeypatch.setattr("store.projections.dispatch.DISPATCH_BATCH_RECORDS", 1)
     results = store.put_many([sample_message(i, body_size=3000) for i in range(30)])
     assert store.commitlog.segment_count >= 3
     for r in results:

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from store.config_file import ConfigFileError, loads, quote_integer_keys, read_config, write_config
+from store.broker.metadata import GroupConfig, Metadata, MetadataError, TopicConfig, TopicNotFoundError
+from store.broker.offsets import ConsumerOffsets, OffsetTableError
 from store.errors import InvalidMessageError
+from store.log.config_file import ConfigFileError, loads, quote_integer_keys, read_config, write_config
 from store.message_store import MessageStore, NewMessage
-from store.metadata import GroupConfig, Metadata, MetadataError, TopicConfig, TopicNotFoundError
-from store.offsets import ConsumerOffsets, OffsetTableError
 from tests.conftest import GOLDEN_GEOMETRY, file_digests
 from tests.store.helpers import small_config
 

@@ -11,18 +11,18 @@ import time
 
 import pytest
 
-from store import topics
+from store.broker.metadata import PERM_WRITE, TopicConfig
+from store.broker.pop import PopRequestError
+from store.broker.pop_state import COMPACT_AFTER_STALE, STATE_FILE, PopStateError, load_state
+from store.broker.pull import NotReadableError
+from store.broker.receipt import ReceiptHandle, ReceiptHandleError, decode_handle
 from store.clock import FakeClock
-from store.config_file import ConfigFileError
-from store.delay_levels import DelayLevels
 from store.errors import ReadOnlyStoreError
-from store.geometry import StoreGeometry
+from store.format import topics
+from store.format.delay_levels import DelayLevels
+from store.log.config_file import ConfigFileError
+from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage
-from store.metadata import PERM_WRITE, TopicConfig
-from store.pop import PopRequestError
-from store.pop_state import COMPACT_AFTER_STALE, STATE_FILE, PopStateError, load_state
-from store.pull import NotReadableError
-from store.receipt import ReceiptHandle, ReceiptHandleError, decode_handle
 from tests.store.helpers import small_config
 
 START_MS = 1_700_000_000_000

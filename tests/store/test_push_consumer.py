@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from store import topics
+from store.broker.pull import NotReadableError
+from store.broker.trace import TraceKind
+from store.clients.push_consumer import PushConsumer
 from store.clock import FakeClock
-from store.delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from store.errors import StoreError
+from store.format import topics
+from store.format.delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from store.message_store import MessageStore, NewMessage
-from store.pull import NotReadableError
-from store.push_consumer import PushConsumer
-from store.trace import TraceKind
 from tests.store.helpers import small_config
 
 RETRY_DELAYS_MS = parse_delay_levels(DEFAULT_DELAY_LEVELS)[2:]  # level 3 (10 s) .. 18 (2 h)

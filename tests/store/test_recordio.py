@@ -7,19 +7,19 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from store import codec
+from store.broker.metadata import TopicConfig
+from store.broker.record_builder import NewMessage, RecordBuilder
 from store.clock import FakeClock
-from store.codec import StoredMessage
-from store.delay_levels import DelayLevels
-from store.dispatch import BatchScanner
 from store.errors import InvalidMessageError
-from store.hosts import HostAddress
-from store.ids import UniqueKeyFactory, decode_unique_key
-from store.layouts import MAGIC_V1, MAGIC_V2
-from store.metadata import TopicConfig
-from store.properties import format_properties, java_hashmap_order
-from store.record_builder import NewMessage, RecordBuilder
-from store.recordio import SCAN_BLANK, SCAN_END, SCAN_FULL, SCAN_SLOW, encode_run, record_layout, scan_records
+from store.format import codec
+from store.format.codec import StoredMessage
+from store.format.delay_levels import DelayLevels
+from store.format.hosts import HostAddress
+from store.format.ids import UniqueKeyFactory, decode_unique_key
+from store.format.layouts import MAGIC_V1, MAGIC_V2
+from store.format.properties import format_properties, java_hashmap_order
+from store.format.recordio import SCAN_BLANK, SCAN_END, SCAN_FULL, SCAN_SLOW, encode_run, record_layout, scan_records
+from store.projections.dispatch import BatchScanner
 from tests.store.test_roundtrips import INT32, INT64, hosts, stored_messages
 
 STORE_HOST = HostAddress.parse("10.1.2.3:10911")
@@ -252,7 +252,7 @@ def test_compiled_builder_creates_unique_keys_in_rocketmq_layout():
 
 
 def test_assign_queue_offsets_numbers_each_queue_from_the_table_or_its_end():
-    from store.recordio import assign_queue_offsets
+    from store.format.recordio import assign_queue_offsets
 
     def planned(topic: bytes, queue_id: int):
         return ((0, topic, queue_id), topic.decode(), "u")
@@ -280,7 +280,7 @@ def test_assign_queue_offsets_numbers_each_queue_from_the_table_or_its_end():
 
 
 def test_index_put_refuses_a_geometry_that_does_not_fit_the_buffer():
-    from store.recordio import index_put
+    from store.format.recordio import index_put
 
     keys = np.array([5], dtype=np.int64)
     layout = (40, 4, 40 + 4 * 4, 20, 0, 4, 12, 16)

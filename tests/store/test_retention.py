@@ -10,8 +10,8 @@ import pytest
 
 from store.clock import FakeClock
 from store.errors import MessageNotFoundError
+from store.log.retention import HOUR_MS
 from store.message_store import MessageStore, NewMessage
-from store.retention import HOUR_MS
 from tests.store.helpers import small_config
 
 RESERVED_MS = 72 * HOUR_MS

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from store.broker.metadata import GroupConfig, MetadataError
 from store.clock import FakeClock
 from store.message_store import MessageStore, NewMessage, StoreConfig
-from store.metadata import GroupConfig, MetadataError
 from tests.conftest import GOLDEN_DIR, GOLDEN_GEOMETRY, read_golden_manifest
 from tests.store.helpers import small_config
 

@@ -7,12 +7,12 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import codec, ids
 from store.clock import FakeClock
-from store.hosts import HostAddress
-from store.index import IndexService, index_key
-from store.javahash import index_key_hash, java_string_hash
-from store.layouts import MAGIC_V1, MAGIC_V2
+from store.format import codec, ids
+from store.format.hosts import HostAddress
+from store.format.javahash import index_key_hash, java_string_hash
+from store.format.layouts import MAGIC_V1, MAGIC_V2
+from store.projections.index import IndexService, index_key
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)

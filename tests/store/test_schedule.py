@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 
-from store import topics
 from store.clock import FakeClock
-from store.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
 from store.errors import InvalidConfigError, StoreError
+from store.format import topics
+from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
 from store.message_store import MessageStore, NewMessage
 from tests.store.helpers import small_config
 

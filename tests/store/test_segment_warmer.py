@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from store.mapped_file import PAGE, MappedFile
-from store.recordio import populate
-from store.segment_warmer import SegmentWarmer
+from store.format.recordio import populate
+from store.log.mapped_file import PAGE, MappedFile
+from store.log.segment_warmer import SegmentWarmer
 from tests.live_server import wait_until
 
 

@@ -8,14 +8,14 @@ import shutil
 
 import pytest
 
-from store import topics
+from store.broker.timer import TIMER_PROGRESS_FILE
+from store.broker.trace import TraceKind
 from store.clock import FakeClock, SystemClock
-from store.consume_queue import ConsumeQueue
-from store.delay_levels import MAX_DELAY_MS
 from store.errors import InvalidMessageError, StoreError
+from store.format import topics
+from store.format.delay_levels import MAX_DELAY_MS
 from store.message_store import MessageStore, NewMessage
-from store.timer import TIMER_PROGRESS_FILE
-from store.trace import TraceKind
+from store.projections.consume_queue import ConsumeQueue
 from tests.live_server import wait_until
 from tests.store.helpers import small_config
 

@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 
-from store import topics
+from store.broker.trace import TraceKind
 from store.clock import FakeClock
+from store.format import topics
 from store.message_store import MessageStore, NewMessage
-from store.trace import TraceKind
 from tests.store.helpers import small_config
 
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from store.broker.dedupe import RecentKeyFilter
 from store.clock import FakeClock
-from store.dedupe import RecentKeyFilter
-from store.javahash import index_key_hash as reference_index_key_hash
+from store.format.javahash import index_key_hash as reference_index_key_hash
+from store.format.recordio import filter_add, filter_has, index_key_hash
 from store.message_store import MessageStore, NewMessage
-from store.recordio import filter_add, filter_has, index_key_hash
 from tests.store.helpers import sample_message, small_config
 
 
@@ -152,7 +152,7 @@ def test_sync_puts_in_flight_share_one_sync(tmp_path):
 
 
 def test_a_failed_group_commit_is_raised_to_its_waiters(tmp_path, monkeypatch):
-    from store.mapped_file import MappedFile
+    from store.log.mapped_file import MappedFile
 
     with MessageStore.open(tmp_path / "s", small_config(flush="sync"), clock=FakeClock()) as store:
         store.put(_with_key(0))

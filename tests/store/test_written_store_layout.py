@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from store.geometry import StoreGeometry
+from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage, StoreConfig
 from tests.store import independent_reader as rd
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from store.errors import ReadOnlyStoreError, StoreError
-from store.layouts import CQ_UNIT
-from store.mapped_file import MappedFile
-from store.paths import StorePaths, is_offset_name, offset_to_name
+from store.format.layouts import CQ_UNIT
+from store.log.mapped_file import MappedFile
+from store.log.paths import StorePaths, is_offset_name, offset_to_name
 
 UNIT = CQ_UNIT.size
 PRE_BLANK = CQ_UNIT.pack(0, 0x7FFFFFFF, 0)  # fills units before a queue's first real one

@@ -22,12 +22,12 @@ import heapq
 from collections.abc import Callable
 from pathlib import Path
 
-from store import topics
-from store.codec import StoredMessage
-from store.config_file import ConfigFileError, StateFile, read_config
-from store.consume_queue import ConsumeQueue, ConsumeQueues
+from store.broker.schedule import FILLER_UNIT_SIZE, MAX_DELIVERIES_PER_PASS, DueMessage
 from store.errors import StoreError
-from store.schedule import FILLER_UNIT_SIZE, MAX_DELIVERIES_PER_PASS, DueMessage
+from store.format import topics
+from store.format.codec import StoredMessage
+from store.log.config_file import ConfigFileError, StateFile, read_config
+from store.projections.consume_queue import ConsumeQueue, ConsumeQueues
 
 TIMER_PROGRESS_FILE = "timerProgress.json"
 TIMER_QUEUE_ID = 0

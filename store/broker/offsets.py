@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.config_file import OffsetTableFile
 from store.errors import StoreError
+from store.log.config_file import OffsetTableFile
 
 OFFSETS_FILE = "consumerOffset.json"
 KEY_SEPARATOR = "@"

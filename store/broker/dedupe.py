@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from store.recordio import filter_add, filter_has
+from store.format.recordio import filter_add, filter_has
 
 DEFAULT_WINDOW_MS = 10 * 60 * 1000
 GENERATION_BYTES = 2 << 20  # 16 bits per key at the capacity below: about 0.5 % false alarms

@@ -46,16 +46,16 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from store import topics
-from store.codec import StoredMessage
-from store.consume_queue import ConsumeQueue, QueueUnit
+from store.broker.metadata import GroupConfig, TopicConfig
+from store.broker.pop_state import InFlight, PopState, PopStateFile, Subscription, load_state
+from store.broker.pull import NotReadableError, TagFilter, check_consumable
+from store.broker.receipt import ReceiptHandleError, decode_handle, new_handle
+from store.broker.retry import retry_delay_level, with_retry_origin
+from store.broker.trace import TraceEvent, TraceKind
 from store.errors import StoreError
-from store.metadata import GroupConfig, TopicConfig
-from store.pop_state import InFlight, PopState, PopStateFile, Subscription, load_state
-from store.pull import NotReadableError, TagFilter, check_consumable
-from store.receipt import ReceiptHandleError, decode_handle, new_handle
-from store.retry import retry_delay_level, with_retry_origin
-from store.trace import TraceEvent, TraceKind
+from store.format import topics
+from store.format.codec import StoredMessage
+from store.projections.consume_queue import ConsumeQueue, QueueUnit
 
 if TYPE_CHECKING:
     from store.message_store import MessageStore

@@ -18,11 +18,11 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from store import topics
-from store.codec import StoredMessage
+from store.broker.trace import TraceEvent, TraceKind
 from store.errors import MessageNotFoundError
+from store.format import topics
+from store.format.codec import StoredMessage
 from store.message_store import MessageStore
-from store.trace import TraceEvent, TraceKind
 
 DEFAULT_SUSPEND_MS = 1000  # RocketMQ's suspendCurrentQueueTimeMillis
 DEFAULT_BATCH = 32

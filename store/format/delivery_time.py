@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from store import topics
-from store.delay_levels import MAX_DELAY_MS
 from store.errors import InvalidMessageError
+from store.format import topics
+from store.format.delay_levels import MAX_DELAY_MS
 
 _EPOCH_MS = re.compile(r"[0-9]{1,18}")
 

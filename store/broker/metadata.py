@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from store import topics
-from store.config_file import read_config, write_config
 from store.errors import StoreError
+from store.format import topics
+from store.log.config_file import read_config, write_config
 
 TOPICS_FILE = "topics.json"
 GROUPS_FILE = "subscriptionGroup.json"

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from store import topics
-from store.codec import StoredMessage
-from store.config_file import OffsetTableFile
-from store.consume_queue import ConsumeQueue, ConsumeQueues
-from store.delay_levels import MAX_DELAY_MS, DelayLevels
 from store.errors import StoreError
+from store.format import topics
+from store.format.codec import StoredMessage
+from store.format.delay_levels import MAX_DELAY_MS, DelayLevels
+from store.log.config_file import OffsetTableFile
+from store.projections.consume_queue import ConsumeQueue, ConsumeQueues
 
 PROGRESS_FILE = "delayOffset.json"
 LATER_RUNS_KEY = "laterRuns"

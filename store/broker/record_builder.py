@@ -13,22 +13,22 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import NamedTuple
 
-from store import codec, ids, topics
-from store.codec import StoredMessage
-from store.delay_levels import DelayLevels
-from store.delivery_time import requested_deliver_ms
+from store.broker.metadata import TopicConfig
 from store.errors import InvalidMessageError
-from store.hosts import HostAddress
-from store.layouts import MAGIC_V1, MAGIC_V2, PROPERTIES_LEN, TOPIC_LEN_V1, TOPIC_LEN_V2
-from store.metadata import TopicConfig
-from store.properties import (
+from store.format import codec, ids, topics
+from store.format.codec import StoredMessage
+from store.format.delay_levels import DelayLevels
+from store.format.delivery_time import requested_deliver_ms
+from store.format.hosts import HostAddress
+from store.format.layouts import MAGIC_V1, MAGIC_V2, PROPERTIES_LEN, TOPIC_LEN_V1, TOPIC_LEN_V2
+from store.format.properties import (
     MAX_PROPERTIES_BYTES,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     check_property,
     java_hashmap_order,
 )
-from store.recordio import build_items
+from store.format.recordio import build_items
 
 HOST_CACHE_LIMIT = 4096
 INT32_MAX = 2**31 - 1

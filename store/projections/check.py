@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from store import codec
-from store.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
-from store.dispatch import index_keys_of, tags_code_of
 from store.errors import CorruptRecordError
-from store.index import index_key
-from store.javahash import index_key_hash
-from store.layouts import BLANK, MAGIC_BLANK
+from store.format import codec
+from store.format.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
+from store.format.javahash import index_key_hash
+from store.format.layouts import BLANK, MAGIC_BLANK
+from store.projections.dispatch import index_keys_of, tags_code_of
+from store.projections.index import index_key
 
 MAX_PROBLEMS = 100
 

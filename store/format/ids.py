@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 
 from store.errors import InvalidIdError
-from store.hosts import HostAddress
-from store.layouts import OFFSET_ID_TAIL, UNIQ_KEY_FIXED, UNIQ_KEY_TAIL, UNIQ_KEY_VARYING
+from store.format.hosts import HostAddress
+from store.format.layouts import OFFSET_ID_TAIL, UNIQ_KEY_FIXED, UNIQ_KEY_TAIL, UNIQ_KEY_VARYING
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from store import topics
-from store.codec import StoredMessage
-from store.metadata import GroupConfig
+from store.broker.metadata import GroupConfig
+from store.format import topics
+from store.format.codec import StoredMessage
 
 FIRST_RETRY_DELAY_LEVEL = 3  # reconsume #n waits level 2 + n: 10s, 30s, 1m, ...
 

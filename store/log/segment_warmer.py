@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from store.mapped_file import PAGE, MappedFile
-from store.recordio import populate
+from store.format.recordio import populate
+from store.log.mapped_file import PAGE, MappedFile
 
 WARM_AHEAD_BYTES = 64 << 20
 WARM_STEP_BYTES = 4 << 20

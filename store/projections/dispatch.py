@@ -12,16 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store import codec, topics
-from store.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK, split_keys
-from store.commitlog import CommitLog
-from store.consume_queue import ConsumeQueues
-from store.delay_levels import DelayLevels
-from store.delivery_time import timer_deliver_ms
-from store.index import IndexService, index_key
-from store.javahash import index_key_hash, tags_code
-from store.layouts import BLANK
-from store.recordio import (
+from store.format import codec, topics
+from store.format.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK, split_keys
+from store.format.delay_levels import DelayLevels
+from store.format.delivery_time import timer_deliver_ms
+from store.format.javahash import index_key_hash, tags_code
+from store.format.layouts import BLANK
+from store.format.recordio import (
     NO_DELAY_LEVEL,
     SCAN_BLANK,
     SCAN_SLOW,
@@ -30,6 +27,9 @@ from store.recordio import (
     record_layout,
     scan_records,
 )
+from store.log.commitlog import CommitLog
+from store.projections.consume_queue import ConsumeQueues
+from store.projections.index import IndexService, index_key
 
 DISPATCH_BATCH_RECORDS = 16_384
 _DELAY_LEVEL_TEXT = re.compile(r"[+-]?[0-9]{1,9}")  # Integer.parseInt, kept to int range

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store.layouts import CQ_UNIT, INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT
+from store.format.layouts import CQ_UNIT, INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1024 * 1024 * 1024
 DEFAULT_CQ_FILE_SIZE = 300_000 * CQ_UNIT.size

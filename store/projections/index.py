@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from store.errors import ReadOnlyStoreError
-from store.javahash import index_key_hash
-from store.layouts import INDEX_ENTRY, INDEX_ENTRY_FIELDS, INDEX_HEADER, INDEX_SLOT, field_offset
-from store.mapped_file import MappedFile
-from store.paths import index_name_for, is_index_name
-from store.recordio import index_put
+from store.format.javahash import index_key_hash
+from store.format.layouts import INDEX_ENTRY, INDEX_ENTRY_FIELDS, INDEX_HEADER, INDEX_SLOT, field_offset
+from store.format.recordio import index_put
+from store.log.mapped_file import MappedFile
+from store.log.paths import index_name_for, is_index_name
 
 ENTRY_DTYPE = np.dtype([(name, ">" + code) for name, code in INDEX_ENTRY_FIELDS])
 

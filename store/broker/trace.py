@@ -9,9 +9,9 @@ import json
 from dataclasses import dataclass, fields
 from enum import StrEnum
 
-from store import topics
-from store.codec import StoredMessage
-from store.record_builder import NewMessage, is_valid_key
+from store.broker.record_builder import NewMessage, is_valid_key
+from store.format import topics
+from store.format.codec import StoredMessage
 
 
 class TraceKind(StrEnum):

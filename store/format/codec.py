@@ -7,10 +7,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from store import ids
 from store.errors import CorruptRecordError
-from store.hosts import HostAddress
-from store.layouts import (
+from store.format import ids
+from store.format.hosts import HostAddress
+from store.format.layouts import (
     BLANK,
     BODY_LENGTH,
     DISPATCH_HEAD,
@@ -27,7 +27,7 @@ from store.layouts import (
     TOPIC_LEN_V1,
     TOPIC_LEN_V2,
 )
-from store.properties import format_properties, has_trailing_separator, parse_properties
+from store.format.properties import format_properties, has_trailing_separator, parse_properties
 
 # SYSFLAG bits (MessageSysFlag).
 COMPRESSED_FLAG = 0x1

@@ -2,17 +2,14 @@
 
 The table can change while the store runs. A scheduled message keeps the deliver time of the
 table in force when it was written, so every table is kept with the commit log offset from
-which it applies, in config/delayLevels.json; that file wins over the table a store is
-opened with."""
+which it applies (saved by store.log.delay_levels_file)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from store.config_file import ConfigFileError, read_config, write_config
 from store.errors import InvalidConfigError
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -22,7 +19,6 @@ UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 MAX_DELAY_MS = 40 * 86_400_000
 MAX_LEVELS = 1024  # one SCHEDULE_TOPIC_XXXX queue per level, and a topic has at most 1024
 UNKNOWN_LEVEL_DELAY_MS = 1000
-DELAY_LEVELS_FILE = "delayLevels.json"
 
 
 @dataclass(frozen=True)
@@ -138,30 +134,3 @@ def parse_delay_levels(spec: str) -> list[int]:
     if len(result) > MAX_LEVELS:
         raise ValueError(f"the delay level table has {len(result)} levels; at most {MAX_LEVELS}")
     return result
-
-
-def read_delay_levels(config_dir: Path, default_spec: str) -> DelayLevels:
-    """The tables saved in config/delayLevels.json, else `default_spec` alone."""
-    path = Path(config_dir) / DELAY_LEVELS_FILE
-    try:
-        content = read_config(path)
-    except ConfigFileError as exc:
-        raise InvalidConfigError(str(exc)) from None
-    if content is None:
-        return DelayLevels(default_spec)
-    try:
-        tables = [DelayTable(int(t["fromPhysOffset"]), t["delayLevels"], tuple(parse_delay_levels(t["delayLevels"])))
-                  for t in content["tables"]]
-        starts = [t.from_phys_offset for t in tables]
-        if not tables or starts != sorted(starts) or content["delayLevels"] != tables[-1].spec:
-            raise ValueError("tables out of order or not ending with the current one")
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidConfigError(f"{path}: unreadable delay level tables ({exc})") from None
-    return DelayLevels(tables=tables)
-
-
-def write_delay_levels(config_dir: Path, tables: list[DelayTable]) -> None:
-    write_config(Path(config_dir) / DELAY_LEVELS_FILE, {
-        "delayLevels": tables[-1].spec,
-        "tables": [{"fromPhysOffset": t.from_phys_offset, "delayLevels": t.spec} for t in tables],
-    })

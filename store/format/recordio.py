@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from store._recordio import (
+from store.format._recordio import (
     assign_queue_offsets,
     build_items,
     encode_one,
@@ -22,8 +22,8 @@ from store._recordio import (
     put_results,
     scan_records,
 )
-from store.codec import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG
-from store.layouts import (
+from store.format.codec import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG
+from store.format.layouts import (
     BLANK_MIN_LENGTH,
     HOST_V4,
     HOST_V6,

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.layouts import CHECKPOINT, CHECKPOINT_SIZE
+from store.format.layouts import CHECKPOINT, CHECKPOINT_SIZE
 
 
 @dataclass

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from store import codec
-from store.codec import StoredMessage
 from store.errors import CorruptRecordError, ReadOnlyStoreError, StoreError
-from store.hosts import HostAddress
-from store.layouts import BLANK, BLANK_MIN_LENGTH, MAGIC_BLANK
-from store.mapped_file import MappedFile
-from store.paths import is_offset_name, offset_to_name
-from store.recordio import encode_one, encode_run, record_layout
-from store.segment_warmer import SegmentWarmer
+from store.format import codec
+from store.format.codec import StoredMessage
+from store.format.hosts import HostAddress
+from store.format.layouts import BLANK, BLANK_MIN_LENGTH, MAGIC_BLANK
+from store.format.recordio import encode_one, encode_run, record_layout
+from store.log.mapped_file import MappedFile
+from store.log.paths import is_offset_name, offset_to_name
+from store.log.segment_warmer import SegmentWarmer
 
 
 @dataclass(frozen=True)

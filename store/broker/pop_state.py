@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.config_file import StateFile, read_config
 from store.errors import StoreError
+from store.log.config_file import StateFile, read_config
 
 STATE_FILE = "popState.json"
 STATE_VERSION = 1

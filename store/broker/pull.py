@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store import topics
-from store.codec import StoredMessage
 from store.errors import StoreError
-from store.javahash import tags_code
+from store.format import topics
+from store.format.codec import StoredMessage
+from store.format.javahash import tags_code
 
 MAX_PULL_MESSAGES = 1024
 SCAN_LIMIT_FACTOR = 16  # units looked at per wanted message before a filtered pull gives up
