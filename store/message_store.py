@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -43,11 +42,13 @@ from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
 from store.format.delivery_time import parse_deliver_ms
 from store.format.hosts import HostAddress
 from store.format.recordio import assign_queue_offsets, index_key_hash, put_results
+from store.locks import take_soon
 from store.log.checkpoint import Checkpoint
 from store.log.commitlog import CommitLog, RecoveryResult
 from store.log.delay_levels_file import read_delay_levels, write_delay_levels
 from store.log.disk_guard import DiskGuard
 from store.log.geometry import StoreGeometry
+from store.log.group_commit import GroupCommitter
 from store.log.paths import LOCK_CONTENT, StorePaths
 from store.log.retention import DEFAULT_RESERVED_HOURS, HOUR_MS, Expiry, RetentionPass, expired_until, expiry_of
 from store.projections.consume_queue import ConsumeQueues
@@ -55,8 +56,6 @@ from store.projections.dispatch import Dispatcher
 from store.projections.index import IndexService
 
 MAX_QUERY_RESULTS = 10_000
-LOCK_SPINS = 20
-GROUP_COMMIT_WAIT_S = 0.5  # a waiter asks the committer again after this
 MAX_DISPATCH_LAG_BYTES = 4 << 20  # beyond this an append projects the backlog itself
 TRACE_BATCH_EVENTS = 512
 
@@ -131,12 +130,7 @@ class MessageStore:
         self._dispatch_thread: threading.Thread | None = None
         self._dispatch_wake = threading.Event()  # set by appends: the dispatcher has records to project
         self.dispatch_error: Exception | None = None  # the dispatcher thread's last failure, if any
-        self._durable_to = 0  # the commit log is on disk up to here (sync flush)
-        self._durable = threading.Condition(threading.Lock())  # notified after each group commit
-        self._sync_wanted = threading.Event()  # set by changes waiting for the group committer
-        self._sync_failure: tuple[int, BaseException] | None = None  # the last failed sync's reach
-        self._committer: threading.Thread | None = None
-        self.commit_syncs = 0  # syncs of the commit log made for sync-flush changes
+        self._committer: GroupCommitter | None = None  # flush="sync" only
         self._schedule_wake = threading.Event()  # set by a put of a message due before the planned wake-up
         self._wake_at_ms = 0
         self._queue_offsets: dict[tuple[bytes, int], int] = {}
@@ -181,7 +175,7 @@ class MessageStore:
             if self._stop_flusher.is_set():
                 return
             self._dispatch_wake.clear()
-            self._take_lock_soon(None)
+            take_soon(self._lock, None)
             try:
                 if self._closed:
                     return
@@ -248,7 +242,7 @@ class MessageStore:
         self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
         if self.recovery.truncated_bytes:
             self.commitlog.truncate_after(self.recovery.end)
-        end = self._durable_to = self.commitlog.end
+        end = self.commitlog.end
         self._queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=True)
         for cq in self._queues:
             cq.truncate_after_phys(end)
@@ -277,7 +271,7 @@ class MessageStore:
         if self.config.flush == "async":
             self._flusher = self._start_periodic("mqlens-flush", self.config.flush_interval_ms, self.flush)
         else:
-            self._committer = threading.Thread(target=self._group_commit_loop, name="mqlens-commit", daemon=True)
+            self._committer = GroupCommitter(self.commitlog, self._lock, self._flush_lock)
             self._committer.start()
         if self.config.retention_check_ms > 0:
             self._retention_thread = self._start_periodic("mqlens-retention", self.config.retention_check_ms,
@@ -477,7 +471,8 @@ class MessageStore:
                           for state_file in (self.scheduler, self.timer, self.pop.state_file)]
             for f in files:
                 f.sync()
-            self._durable_to = max(self._durable_to, reach)
+            if self._committer is not None:
+                self._committer.covered(reach)
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
             self.offsets.persist()
             for state_file, state in states:
@@ -489,9 +484,9 @@ class MessageStore:
         self._stop_flusher.set()
         self._schedule_wake.set()
         self._dispatch_wake.set()
-        self._sync_wanted.set()
-        for thread in (self._flusher, self._scheduler_thread, self._retention_thread, self._dispatch_thread,
-                       self._committer):
+        if self._committer is not None:
+            self._committer.stop()
+        for thread in (self._flusher, self._scheduler_thread, self._retention_thread, self._dispatch_thread):
             if thread is not None:
                 thread.join()
         with self._flush_lock, self._lock:
@@ -527,81 +522,24 @@ class MessageStore:
         self._make_durable()
 
     def _make_durable(self) -> None:
-        """Sync flush: return once the commit log is on disk up to its end as this change left
-        it. Changes in flight share one sync (group commit, RocketMQ's GroupCommitService): the
-        committer thread syncs whatever was appended when it starts, then wakes every waiter."""
-        if self.config.flush != "sync":
-            return
-        target = self.commitlog.end
-        if self._durable_to >= target:
-            return
-        if self._lock._is_owned() or self._committer is None:  # nested in a change, or closing
-            self._sync_segments(self.commitlog.end, self.commitlog.dirty_files())
-            return
-        with self._durable:
-            while self._durable_to < target:
-                failure = self._sync_failure
-                if failure is not None and failure[0] >= target:
-                    raise failure[1]
-                if self._closed:
-                    raise StoreError("the store closed before the message was on disk")
-                self._sync_wanted.set()
-                self._durable.wait(GROUP_COMMIT_WAIT_S)
+        """Sync flush: return once the change is on disk (store.log.group_commit)."""
+        if self._committer is not None:
+            self._committer.wait_durable()
 
-    def _group_commit_loop(self) -> None:
-        while True:
-            self._sync_wanted.wait()
-            if self._stop_flusher.is_set():
-                return
-            self._sync_wanted.clear()
-            failure = None
-            with self._flush_lock:
-                with self._lock:  # only to collect what to sync: appends go on during the sync
-                    reach, segments = self.commitlog.end, self.commitlog.dirty_files()
-                try:
-                    if reach > self._durable_to:
-                        self._sync_segments(reach, segments)
-                except Exception as exc:  # the waiters covered by this sync raise it
-                    failure = (reach, exc)
-            with self._durable:
-                self._sync_failure = failure
-                self._durable.notify_all()
-
-    def _sync_segments(self, reach: int, segments: list) -> None:
-        """Sync commit log segments written up to `reach`; on failure they stay marked dirty."""
-        try:
-            for seg in segments:
-                seg.sync()
-        except BaseException:
-            for seg in segments:
-                seg.mark_dirty(0, seg.size)
-            raise
-        self.commit_syncs += 1
-        self._durable_to = max(self._durable_to, reach)
+    @property
+    def commit_syncs(self) -> int:
+        """Syncs of the commit log made for sync-flush changes (0 with async flush)."""
+        return self._committer.syncs if self._committer is not None else 0
 
     def _lock_for_change(self, wait_ms: int | None) -> None:
         """Take the store lock for a change (the caller releases it), or raise why not."""
         if self.read_only:
             raise ReadOnlyStoreError("the store is open read-only")
-        if not self._take_lock_soon(wait_ms):
+        if not take_soon(self._lock, wait_ms):
             raise FlowControlError(f"the store is busy (waited {wait_ms} ms for it): retry shortly")
         if self._closed:
             self._lock.release()
             raise StoreError("the store is closed")
-
-    def _take_lock_soon(self, wait_ms: int | None) -> bool:
-        """The store lock, waiting at most `wait_ms` (None: as long as it takes). A thread that
-        finds it taken first yields the interpreter a few times: its holder is most likely a
-        thread the interpreter switched away from in the middle of a short append, and parking
-        on the lock would hand it from thread to thread with two context switches per append."""
-        lock = self._lock
-        if lock.acquire(False):
-            return True
-        for _ in range(LOCK_SPINS):
-            time.sleep(0)
-            if lock.acquire(False):
-                return True
-        return lock.acquire(timeout=-1 if wait_ms is None else wait_ms / 1000)
 
     def put(self, message: NewMessage) -> PutResult:
         """One message, as put_many([message]) would store it, by the single-send path."""

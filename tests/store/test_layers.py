@@ -9,7 +9,7 @@ from pathlib import Path
 
 import store
 
-RANK = {"errors": 0, "clock": 0, "format": 1, "log": 2, "projections": 3, "broker": 4, "message_store": 5,
+RANK = {"errors": 0, "clock": 0, "locks": 0, "format": 1, "log": 2, "projections": 3, "broker": 4, "message_store": 5,
         "clients": 6}
 # Pop receive drives the facade it is given (its lock, appends and trace): named for type hints only.
 KNOWN_SEAMS = {"broker/pop imports store.message_store"}
@@ -47,4 +47,4 @@ def test_imports_point_down():
 
 def test_every_module_lives_in_a_layer():
     assert {p.name for p in ROOT.iterdir() if p.suffix == ".py" and p.name != "__init__.py"} == {
-        f"{name}.py" for name in ("errors", "clock", "message_store")}
+        f"{name}.py" for name in ("errors", "clock", "locks", "message_store")}
