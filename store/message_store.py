@@ -20,11 +20,13 @@ from store.broker.pop import PopService, Received
 from store.broker.pull import SCAN_LIMIT_FACTOR, PullResult, TagFilter, check_consumable, check_pull_size
 from store.broker.receipt import ReceiptHandleError
 from store.broker.record_builder import NewMessage, RecordBuilder, is_valid_key
-from store.broker.retry import SendBack, origin_topic, route_send_back
+from store.broker.resend import plan_resend
+from store.broker.retry import SendBack, route_send_back
 from store.broker.schedule import MAX_DELIVERIES_PER_PASS, DeliveryPass, ScheduleService
 from store.broker.stats import StoreStats
 from store.broker.timer import TimerService
 from store.broker.trace import TraceEvent, TraceKind, decode_trace, ordered, trace_message
+from store.broker.trace_events import put_events, send_back_events
 from store.clock import Clock, SystemClock
 from store.errors import (
     FlowControlError,
@@ -37,9 +39,8 @@ from store.errors import (
     StoreNotFoundError,
 )
 from store.format import ids, topics
-from store.format.codec import COMPRESSED_FLAG, StoredMessage
+from store.format.codec import StoredMessage
 from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
-from store.format.delivery_time import parse_deliver_ms
 from store.format.hosts import HostAddress
 from store.format.recordio import assign_queue_offsets, index_key_hash, put_results
 from store.locks import take_soon
@@ -648,23 +649,7 @@ class MessageStore:
                          msg.store_timestamp, self.store_host)
 
     def _put_events(self, batch: list[NewMessage], results: list[PutResult], now: int) -> list[TraceEvent]:
-        if not self.config.trace:
-            return []
-        events = []
-        for m, r in zip(batch, results, strict=True):
-            if r.topic == topics.TRACE_TOPIC:
-                continue
-            if r.topic in (topics.SCHEDULE_TOPIC, topics.TIMER_TOPIC):
-                if r.topic == topics.SCHEDULE_TOPIC:
-                    due = self.delay_levels.deliver_time(r.queue_id + 1, r.store_timestamp, r.phys_offset)
-                else:
-                    due = parse_deliver_ms(m.properties.get(topics.TIMER_DELIVER_MS))
-                events.append(TraceEvent(TraceKind.SCHEDULED, r.unique_key, now, r.topic, r.queue_id,
-                                         r.queue_offset, r.offset_msg_id, due_ms=due, real_topic=m.topic))
-            else:
-                events.append(TraceEvent(TraceKind.STORED, r.unique_key, now, r.topic, r.queue_id, r.queue_offset,
-                                         r.offset_msg_id, reconsume_times=m.reconsume_times or None))
-        return events
+        return put_events(batch, results, self.delay_levels, now) if self.config.trace else []
 
     def trace(self, events: list[TraceEvent]) -> None:
         """Record lifecycle events (consumers' deliveries, acks, failures) in the trace topic."""
@@ -755,7 +740,8 @@ class MessageStore:
             built = self._builder.build_copy(original, route.topic, route.queue_id, route.reconsume_times,
                                              route.properties)
             result = self._append_planned([built], now)[0]
-            self._trace(self._send_back_events(original, group, route, result, reason, delay_level, now), now)
+            self._trace(send_back_events(original, group, route, result, reason, delay_level, self.delay_levels,
+                                         now), now)
             return result, route
 
     def resend_dead_letter(self, phys_offset: int, actor: str | None = None, *, topic: str | None = None,
@@ -769,35 +755,14 @@ class MessageStore:
         may give another `body` and `property_changes` (None removes a property)."""
         with self._writing():
             dead = self.read(phys_offset)
-            if not topics.is_dlq_topic(dead.topic):
-                raise InvalidMessageError(f"the message at {phys_offset} is in {dead.topic}, not a dead-letter topic")
-            origin = origin_topic(dead)
-            if origin is None:
-                raise InvalidMessageError(f"the dead letter at {phys_offset} does not say which topic it came from")
-            target = topic or origin
-            if topics.is_dlq_topic(target) or target in (topics.SCHEDULE_TOPIC, topics.TIMER_TOPIC):
-                raise InvalidMessageError(f"a dead letter cannot be resent to {target}")
-            dropped = {topics.DELAY, topics.REAL_TOPIC, topics.REAL_QID, topics.WAIT, topics.RETRY_TOPIC,
-                       topics.DLQ_ORIGIN_TOPIC, topics.DLQ_ORIGIN_MESSAGE_ID, topics.CLUSTER}
-            kept = {name: value for name, value in dead.properties.items() if name not in dropped}
-            if topics.is_retry_topic(target):
-                kept[topics.RETRY_TOPIC] = origin  # consumers of a retry topic learn the message's own topic
-            if unique_key and not dead.unique_key:
-                kept[topics.UNIQ_KEY] = unique_key
-            for name, value in (property_changes or {}).items():
-                if value is None:
-                    kept.pop(name, None)
-                else:
-                    kept[name] = value
-            kept.update(marks or {})
-            kept[topics.CLUSTER] = self.config.cluster
-            if body is not None:  # the new body is stored as given, uncompressed
-                dead = replace(dead, stored_body=body, sys_flag=dead.sys_flag & ~COMPRESSED_FLAG)
-            form = self.metadata.topic_for_send(target)
+            plan = plan_resend(dead, self.config.cluster, topic=topic, marks=marks, unique_key=unique_key, body=body,
+                               property_changes=property_changes)
+            form = self.metadata.topic_for_send(plan.target)
             now = self.clock.now_ms()
             queue_id = dead.queue_offset % form.queues
-            result = self._append_planned([self._builder.build_copy(dead, target, queue_id, 0, kept)], now)[0]
-            why = f"resent from {dead.topic} to {target}" + (f" by {actor}" if actor else "")
+            built = self._builder.build_copy(plan.source, plan.target, queue_id, 0, plan.properties)
+            result = self._append_planned([built], now)[0]
+            why = f"resent from {dead.topic} to {plan.target}" + (f" by {actor}" if actor else "")
             self._trace([TraceEvent(TraceKind.RESENT, dead.unique_key or unique_key or dead.offset_msg_id, now,
                                     result.topic, result.queue_id, result.queue_offset, result.offset_msg_id,
                                     reason=why)], now)
@@ -835,25 +800,6 @@ class MessageStore:
         """The group has received the topic by pop (receive/ack), so its retries take the pop route."""
         with self._lock:
             return self.pop.state.get(group, topic) is not None
-
-    def _send_back_events(self, original: StoredMessage, group: str, route: SendBack, result: PutResult,
-                          reason: str | None, delay_level: int, now: int) -> list[TraceEvent]:
-        key = original.unique_key or original.offset_msg_id
-        failed = TraceEvent(TraceKind.FAILED, key, now, original.topic, original.queue_id, original.queue_offset,
-                            original.offset_msg_id, group=group, attempt=route.reconsume_times, reason=reason)
-        if route.dead_letter:
-            if delay_level < 0:
-                why = "the consumer asked for no more retries"
-            else:
-                why = f"{route.reconsume_times - 1} reconsumes reached the group's maximum"
-            moved = TraceEvent(TraceKind.DEAD_LETTER, key, now, result.topic, result.queue_id, result.queue_offset,
-                               result.offset_msg_id, group=group, reconsume_times=route.reconsume_times, reason=why)
-        else:
-            due = self.delay_levels.deliver_time(result.queue_id + 1, result.store_timestamp, result.phys_offset)
-            moved = TraceEvent(TraceKind.RETRY, key, now, result.topic, result.queue_id, result.queue_offset,
-                               result.offset_msg_id, group=group, reconsume_times=route.reconsume_times,
-                               due_ms=due, real_topic=route.topic)
-        return [failed, moved]
 
     def _assign_queue_offsets(self, planned: list[tuple[tuple, str, str]]) -> tuple[np.ndarray, dict]:
         """Queue offsets from RocketMQ's topic-queue table (the next offset of each queue, ahead

@@ -1,0 +1,68 @@
+"""The lifecycle events an append and a consumer's failure record (store.broker.trace)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from store.broker.record_builder import NewMessage
+from store.broker.retry import SendBack
+from store.broker.trace import TraceEvent, TraceKind
+from store.format import topics
+from store.format.codec import StoredMessage
+from store.format.delay_levels import DelayLevels
+from store.format.delivery_time import parse_deliver_ms
+
+
+class Written(Protocol):
+    """Where a record went (the store's PutResult)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    phys_offset: int
+    store_timestamp: int
+    unique_key: str | None
+
+    @property
+    def offset_msg_id(self) -> str: ...
+
+
+def put_events(batch: list[NewMessage], results: list[Written], delay_levels: DelayLevels,
+               now: int) -> list[TraceEvent]:
+    """STORED, or SCHEDULED with its due time, for each producer's message (none for trace records)."""
+    events = []
+    for m, r in zip(batch, results, strict=True):
+        if r.topic == topics.TRACE_TOPIC:
+            continue
+        if r.topic in (topics.SCHEDULE_TOPIC, topics.TIMER_TOPIC):
+            if r.topic == topics.SCHEDULE_TOPIC:
+                due = delay_levels.deliver_time(r.queue_id + 1, r.store_timestamp, r.phys_offset)
+            else:
+                due = parse_deliver_ms(m.properties.get(topics.TIMER_DELIVER_MS))
+            events.append(TraceEvent(TraceKind.SCHEDULED, r.unique_key, now, r.topic, r.queue_id,
+                                     r.queue_offset, r.offset_msg_id, due_ms=due, real_topic=m.topic))
+        else:
+            events.append(TraceEvent(TraceKind.STORED, r.unique_key, now, r.topic, r.queue_id, r.queue_offset,
+                                     r.offset_msg_id, reconsume_times=m.reconsume_times or None))
+    return events
+
+
+def send_back_events(original: StoredMessage, group: str, route: SendBack, result: Written, reason: str | None,
+                     delay_level: int, delay_levels: DelayLevels, now: int) -> list[TraceEvent]:
+    """FAILED for the attempt, then RETRY (with its due time) or DEAD_LETTER (with why)."""
+    key = original.unique_key or original.offset_msg_id
+    failed = TraceEvent(TraceKind.FAILED, key, now, original.topic, original.queue_id, original.queue_offset,
+                        original.offset_msg_id, group=group, attempt=route.reconsume_times, reason=reason)
+    if route.dead_letter:
+        if delay_level < 0:
+            why = "the consumer asked for no more retries"
+        else:
+            why = f"{route.reconsume_times - 1} reconsumes reached the group's maximum"
+        moved = TraceEvent(TraceKind.DEAD_LETTER, key, now, result.topic, result.queue_id, result.queue_offset,
+                           result.offset_msg_id, group=group, reconsume_times=route.reconsume_times, reason=why)
+    else:
+        due = delay_levels.deliver_time(result.queue_id + 1, result.store_timestamp, result.phys_offset)
+        moved = TraceEvent(TraceKind.RETRY, key, now, result.topic, result.queue_id, result.queue_offset,
+                           result.offset_msg_id, group=group, reconsume_times=route.reconsume_times,
+                           due_ms=due, real_topic=route.topic)
+    return [failed, moved]
