@@ -141,26 +141,20 @@ def run_round(params: systems.Params, n: int, rounds: int) -> dict[str, dict[str
     log(f"  {r['append']['msgs_per_s']:,.0f} rows/s; p99 " +
         ", ".join(f"{k} {v['p99_us']:.1f} µs" for k, v in r["lookups"].items()))
     single = min(params.single_messages, params.messages)
-    warmups["mqlens-single"] = warm(single)
-    log(f"{tag}mqlens: put one by one, {single:,} messages ...")
-    out["mqlens-single"] = r = in_fresh_process(systems.run_mqlens_single, params)
-    log(f"  {r['append']['msgs_per_s']:,.0f} msg/s")
-    warmups["mqlens-threads"] = warm(single)
-    log(f"{tag}mqlens: put one by one from 4 threads, {single:,} messages ...")
-    out["mqlens-threads"] = r = in_fresh_process(systems.run_mqlens_threads, params)
-    log(f"  {r['append']['msgs_per_s']:,.0f} msg/s")
-    warmups["mqlens-sync64"] = warm(single)
-    log(f"{tag}mqlens: sync flush, 64 puts in flight (64 threads), {single:,} messages ...")
-    out["mqlens-sync64"] = r = in_fresh_process(systems.run_mqlens_sync_in_flight, params)
-    log(f"  {r['append']['msgs_per_s']:,.0f} msg/s, {r['append']['syncs_per_message']:.3f} fsyncs per message")
-    warmups["mqlens-load"] = warm(systems.LOAD_MESSAGES)
-    log(f"{tag}mqlens store load: {systems.LOAD_MESSAGES:,} messages from NDJSON ...")
-    out["mqlens-load"] = r = in_fresh_process(systems.run_mqlens_load, params)
-    log(f"  {r['append']['msgs_per_s']:,.0f} msg/s")
-    warmups["sqlite-single"] = warm(single)
-    log(f"{tag}sqlite: one row per transaction, {single:,} rows ...")
-    out["sqlite-single"] = r = in_fresh_process(systems.run_sqlite_single, params)
-    log(f"  {r['append']['msgs_per_s']:,.0f} rows/s")
+    load = min(systems.LOAD_MESSAGES, params.messages)
+    for name, run, count, what, extra in (
+        ("mqlens-single", systems.run_mqlens_single, single, "mqlens: put one by one", ""),
+        ("mqlens-threads", systems.run_mqlens_threads, single, "mqlens: put one by one from 4 threads", ""),
+        ("mqlens-sync64", systems.run_mqlens_sync_in_flight, single,
+         "mqlens: sync flush, 64 puts in flight (64 threads)", "syncs_per_message"),
+        ("mqlens-load", systems.run_mqlens_load, load, "mqlens store load from NDJSON", ""),
+        ("sqlite-single", systems.run_sqlite_single, single, "sqlite: one row per transaction", ""),
+    ):
+        warmups[name] = warm(count)
+        log(f"{tag}{what}, {count:,} messages ...")
+        out[name] = r = in_fresh_process(run, params)
+        log(f"  {r['append']['msgs_per_s']:,.0f} msg/s"
+            + (f", {r['append'][extra]:.3f} fsyncs per message" if extra else ""))
     for name, rate in warmups.items():
         out[name]["warmup_write_mb_per_s"] = rate
     return out

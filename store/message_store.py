@@ -26,7 +26,7 @@ from store.broker.schedule import MAX_DELIVERIES_PER_PASS, DeliveryPass, Schedul
 from store.broker.stats import StoreStats
 from store.broker.timer import TimerService
 from store.broker.trace import TraceEvent, TraceKind, decode_trace, ordered, trace_message
-from store.broker.trace_events import put_events, send_back_events
+from store.broker.trace_events import duplicate_event, put_events, send_back_events
 from store.clock import Clock, SystemClock
 from store.errors import (
     FlowControlError,
@@ -137,8 +137,7 @@ class MessageStore:
         self._queue_offsets: dict[tuple[bytes, int], int] = {}
         self._pending_trace: list[TraceEvent] = []
         self._recent = RecentKeyFilter(config.dedupe_window_ms) if config.dedupe_window_ms > 0 else None
-        self._opened_at_ms = clock.now_ms()
-        self.stats = StoreStats(self._opened_at_ms)
+        self.stats = StoreStats(clock.now_ms())
         self.commitlog: CommitLog
         self.metadata: Metadata
         self.offsets: ConsumerOffsets
@@ -544,22 +543,20 @@ class MessageStore:
 
     def put(self, message: NewMessage) -> PutResult:
         """One message, as put_many([message]) would store it, by the single-send path."""
-        key = message.unique_key or (message.properties.get(topics.UNIQ_KEY) if message.properties else None)
+        key = self._dedupe_key(message)
         self._lock_for_change(self.config.put_wait_ms)
         try:
             self._disk_guard.check()
             now = self.clock.now_ms()
-            recent = self._recent
-            if recent is not None and key and type(key) is str:
+            if key is not None:
                 earlier = self._stored_recently(message, key, now)
                 if earlier is not None:
-                    self._trace([TraceEvent(TraceKind.DUPLICATE, key, now, earlier.topic, earlier.queue_id,
-                                            earlier.queue_offset, earlier.offset_msg_id)], now)
+                    self._trace([duplicate_event(key, earlier, now)], now)
                     self.stats.count_put(1)
                     return earlier  # its copy was made durable when it was stored
             result = self._append_one(self._builder.build_one(message, now), now)
-            if recent is not None and key and type(key) is str:
-                recent.add(index_key_hash(result.topic, key), now)
+            if key is not None:
+                self._recent.add(index_key_hash(result.topic, key), now)
             if self.config.trace:
                 self._trace(self._put_events([message], [result], now), now)
             self.stats.count_put(1)
@@ -578,7 +575,7 @@ class MessageStore:
         with self._writing(self.config.put_wait_ms, caught_up=False):
             self._disk_guard.check()
             now = self.clock.now_ms()
-            if self._recent is not None and any(m.unique_key or topics.UNIQ_KEY in m.properties for m in batch):
+            if self._recent is not None and any(self._dedupe_key(m) is not None for m in batch):
                 results = self._put_deduplicated(batch, now)
             else:
                 results = self._append_planned(self._builder.build_many(batch, now), now)
@@ -592,8 +589,8 @@ class MessageStore:
         first_in_batch: dict[str, int] = {}
         repeats: list[tuple[int, int]] = []
         for i, m in enumerate(batch):
-            key = m.unique_key or m.properties.get(topics.UNIQ_KEY)
-            if key and type(key) is str:
+            key = self._dedupe_key(m)
+            if key is not None:
                 if key in first_in_batch:
                     repeats.append((i, first_in_batch[key]))
                     continue
@@ -616,24 +613,25 @@ class MessageStore:
             results[i] = results[first]
         events = self._put_events(written, stored, now)
         written_at = set(fresh)
-        events += [TraceEvent(TraceKind.DUPLICATE, r.unique_key, now, r.topic, r.queue_id, r.queue_offset,
-                              r.offset_msg_id) for i, r in enumerate(results) if i not in written_at]
+        events += [duplicate_event(r.unique_key, r, now) for i, r in enumerate(results) if i not in written_at]
         self._trace(events, now)
         return results
+
+    def _dedupe_key(self, m: NewMessage) -> str | None:
+        """The client-given unique key that makes `m` subject to duplicate suppression, if any."""
+        if self._recent is None:
+            return None
+        key = m.unique_key or (m.properties.get(topics.UNIQ_KEY) if m.properties else None)
+        return key if key and type(key) is str else None
 
     def _stored_recently(self, m: NewMessage, key: str, now: int) -> PutResult | None:
         """The copy with unique key `key` stored within the window, if any: the filter rules
         out nearly every new key, the index settles the rest."""
-        might = self._recent.might_hold
         if m.delay_level and m.delay_level > 0:
             places = [topics.SCHEDULE_TOPIC]
-        elif topics.TIMER_DELIVER_MS in m.properties:
-            places = [m.topic, topics.TIMER_TOPIC]
-        elif not might(index_key_hash(m.topic, key)):
-            return None
         else:
-            places = [m.topic]
-        places = [topic for topic in places if might(index_key_hash(topic, key))]
+            places = [m.topic, topics.TIMER_TOPIC] if topics.TIMER_DELIVER_MS in m.properties else [m.topic]
+        places = [topic for topic in places if self._recent.might_hold(index_key_hash(topic, key))]
         if not places:
             return None
         window = self._recent.window_ms

@@ -45,34 +45,33 @@ class RecentKeyFilter:
         return filter_has(self._bitmaps, key_hash)
 
     def add(self, key_hash: int, now_ms: int) -> None:
-        gen = self._current(now_ms)
-        filter_add(gen.bitmap, key_hash)
-        gen.keys += 1
-        if now_ms > gen.newest_ms:
-            gen.newest_ms = now_ms
+        self._insert(key_hash, 1, now_ms)
 
     def add_many(self, key_hashes: np.ndarray, now_ms: int) -> None:
+        self._insert(np.ascontiguousarray(key_hashes, dtype=np.int64), len(key_hashes), now_ms)
+
+    def _insert(self, hashes: int | np.ndarray, count: int, now_ms: int) -> None:
         gen = self._current(now_ms)
-        filter_add(gen.bitmap, np.ascontiguousarray(key_hashes, dtype=np.int64))
-        gen.keys += len(key_hashes)
+        filter_add(gen.bitmap, hashes)
+        gen.keys += count
         gen.newest_ms = max(gen.newest_ms, now_ms)
 
     def _current(self, now_ms: int) -> _Generation:
+        """The generation taking keys now, after dropping those gone out of the window."""
         gens = self._generations
-        if gens:
-            last, first = gens[-1], gens[0]
-            if (last.keys < self.generation_keys and now_ms - last.started_ms < self.window_ms
-                    and first.newest_ms >= now_ms - self.window_ms):
-                return last
         horizon = now_ms - self.window_ms
+        changed = False
         while gens and gens[0].newest_ms < horizon:
             gens.pop(0)
+            changed = True
         last = gens[-1] if gens else None
-        roll = last is None or last.keys >= self.generation_keys or now_ms - last.started_ms >= self.window_ms
-        if roll and (last is None or len(gens) < self.max_generations):
+        full = last is None or last.keys >= self.generation_keys or now_ms - last.started_ms >= self.window_ms
+        if full and (last is None or len(gens) < self.max_generations):
             last = _Generation(now_ms, now_ms)
             gens.append(last)
-        self._bitmaps = [g.bitmap for g in gens]
+            changed = True
+        if changed:
+            self._bitmaps = [g.bitmap for g in gens]
         return last
 
     @property

@@ -47,6 +47,12 @@ def put_events(batch: list[NewMessage], results: list[Written], delay_levels: De
     return events
 
 
+def duplicate_event(unique_key: str, earlier: Written, now: int) -> TraceEvent:
+    """A producer sent a message whose unique key was stored as `earlier`: it is not stored again."""
+    return TraceEvent(TraceKind.DUPLICATE, unique_key, now, earlier.topic, earlier.queue_id, earlier.queue_offset,
+                      earlier.offset_msg_id)
+
+
 def send_back_events(original: StoredMessage, group: str, route: SendBack, result: Written, reason: str | None,
                      delay_level: int, delay_levels: DelayLevels, now: int) -> list[TraceEvent]:
     """FAILED for the attempt, then RETRY (with its due time) or DEAD_LETTER (with why)."""

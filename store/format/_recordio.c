@@ -133,6 +133,31 @@ static void write_record(unsigned char *p, const Layout *l, const Item *it, long
     memcpy(q, it->props.buf, it->props.len);
 }
 
+/* Parse item `obj` and check its declared size against its fields; on failure an exception is
+ * set and nothing is held. `index` names the item in the message (-1: a single item). */
+static int checked_item(PyObject *obj, const Layout *l, Py_ssize_t store_addr_len, Py_ssize_t index, Item *it)
+{
+    if (!parse_item(obj, it))
+        return 0;
+    Py_ssize_t size = item_size(l, it, store_addr_len);
+    if (size != it->size || (it->born_addr.len != 4 && it->born_addr.len != 16)) {
+        release_item(it);
+        if (index >= 0)
+            PyErr_Format(PyExc_ValueError, "item %zd: declared size %zd, encoded size %zd", index, it->size, size);
+        else
+            PyErr_Format(PyExc_ValueError, "declared size %zd, encoded size %zd", it->size, size);
+        return 0;
+    }
+    return 1;
+}
+
+/* Whether a record of `size` bytes at `pos` leaves room for a BLANK behind it (or fills an empty
+ * segment). */
+static int fits_in_segment(const Layout *l, Py_ssize_t pos, Py_ssize_t size, Py_ssize_t seg_size)
+{
+    return pos == 0 ? size <= seg_size : size + l->blank_min <= seg_size - pos;
+}
+
 PyDoc_STRVAR(encode_run_doc,
 "encode_run(out, seg_pos, seg_size, layout, items, start, queue_offsets, phys_out, seg_base, store_ts,\n"
 "           store_addr, store_port) -> (count, written)\n\n"
@@ -177,17 +202,11 @@ static PyObject *encode_run(PyObject *self, PyObject *args)
     Py_ssize_t i = start;
     for (; i < n; i++) {
         Item it;
-        if (!parse_item(PyList_GET_ITEM(items, i), &it))
+        if (!checked_item(PyList_GET_ITEM(items, i), &l, store_addr.len, i, &it))
             goto done;
-        Py_ssize_t size = item_size(&l, &it, store_addr.len);
-        if (size != it.size || (it.born_addr.len != 4 && it.born_addr.len != 16)) {
-            release_item(&it);
-            PyErr_Format(PyExc_ValueError, "item %zd: declared size %zd, encoded size %zd", i, it.size, size);
-            goto done;
-        }
+        Py_ssize_t size = it.size;
         Py_ssize_t pos = seg_pos + written;
-        int fits = pos == 0 ? size <= seg_size : size + l.blank_min <= seg_size - pos;
-        if (!fits || size > out.len - written) {
+        if (!fits_in_segment(&l, pos, size, seg_size) || size > out.len - written) {
             release_item(&it);
             break;
         }
@@ -236,15 +255,10 @@ static PyObject *encode_one(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "seg_pos or seg_size out of range");
         goto done;
     }
-    if (!parse_item(item, &it))
+    if (!checked_item(item, &l, store_addr.len, -1, &it))
         goto done;
-    Py_ssize_t size = item_size(&l, &it, store_addr.len);
-    if (size != it.size || (it.born_addr.len != 4 && it.born_addr.len != 16)) {
-        release_item(&it);
-        PyErr_Format(PyExc_ValueError, "declared size %zd, encoded size %zd", it.size, size);
-        goto done;
-    }
-    int fits = seg_pos == 0 ? size <= seg_size : size + l.blank_min <= seg_size - seg_pos;
+    Py_ssize_t size = it.size;
+    int fits = fits_in_segment(&l, seg_pos, size, seg_size);
     if (fits)
         write_record((unsigned char *)seg.buf + seg_pos, &l, &it, queue_offset, phys, store_ts, &store_addr,
                      store_port);

@@ -40,22 +40,18 @@ class GroupCommitter:
         target = self.commitlog.end
         if self.durable_to >= target:
             return
-        if self._stopped or self._store_lock._is_owned():  # closing, or nested in a change
+        if not self._store_lock._is_owned():  # not nested in a change holding the lock
+            with self._round_done:
+                while self.durable_to < target and not self._stopped:
+                    failure = self._failure
+                    if failure is not None and failure[0] >= target:
+                        raise failure[1]
+                    self._wanted.set()
+                    self._round_done.wait(WAIT_S)
+        if self.durable_to < target:  # nested, or the committer has stopped: sync here
             with self._store_lock:
                 reach, segments = self.commitlog.end, self.commitlog.dirty_files()
             self.sync(reach, segments)
-            return
-        with self._round_done:
-            while self.durable_to < target:
-                failure = self._failure
-                if failure is not None and failure[0] >= target:
-                    raise failure[1]
-                if self._stopped:
-                    break
-                self._wanted.set()
-                self._round_done.wait(WAIT_S)
-        if self.durable_to < target:
-            self.wait_durable()
 
     def covered(self, reach: int) -> None:
         """Another path (a full flush) made the commit log durable up to `reach`."""
