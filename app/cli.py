@@ -7,12 +7,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from app import ndjson_load
-from app.presenters import message_dict
+import app.cli_env  # noqa: F401  (first: it must run before numpy is imported)
+from app import ndjson_parse
+from app.ndjson_parse import LoadLineError, ReaderError
 from app.services.errors import ServiceError
 from pipeline import cli as pipeline_cli
 from store.errors import StoreError
@@ -23,7 +24,12 @@ from store.log.geometry import (
     DEFAULT_INDEX_SLOTS,
     StoreGeometry,
 )
-from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MessageStore, StoreConfig
+
+if TYPE_CHECKING:
+    from store.message_store import MessageStore
+
+# The store, numpy with it, is imported by the commands that use it: `store load` starts its
+# reader process first, so that the reader parses ahead meanwhile.
 
 EXIT_USAGE = 2
 
@@ -54,12 +60,25 @@ def _geometry(commitlog_file_size: int, cq_file_size: int, index_slots: int, ind
 
 
 def _open_read_only(store: Path, geometry: StoreGeometry) -> MessageStore:
+    from store.message_store import MessageStore, StoreConfig
+
     if not store.is_dir():
         raise CliError(f"store directory {store} does not exist")
     return MessageStore.open(store, StoreConfig(geometry=geometry), read_only=True)
 
 
+def _store_value(name: str):
+    """A default taken from store.message_store when the command runs without the option."""
+    def value():
+        from store import message_store
+
+        return getattr(message_store, name)
+    return value
+
+
 def _print_messages(messages, truncated: bool, as_json: bool) -> None:
+    from app.presenters import message_dict
+
     if as_json:
         print(json.dumps({"messages": [message_dict(m) for m in messages], "truncated": truncated},
                          ensure_ascii=False))
@@ -96,9 +115,11 @@ def query_msg_by_key(
     store: StoreDir,
     topic: Annotated[str, typer.Option("-t", "--topic")],
     key: Annotated[str, typer.Option("-k", "--key")],
+    end: Annotated[int, typer.Option("--end", help="Latest store time (ms).", default_factory=_store_value(
+        "FAR_FUTURE_MS"), show_default="no limit")],
+    max_results: Annotated[int, typer.Option("--max", min=1, max=10_000, default_factory=_store_value(
+        "DEFAULT_QUERY_MAX"), show_default="32")],
     begin: Annotated[int, typer.Option("--begin", help="Earliest store time (ms).")] = 0,
-    end: Annotated[int, typer.Option("--end", help="Latest store time (ms).")] = FAR_FUTURE_MS,
-    max_results: Annotated[int, typer.Option("--max", min=1, max=10_000)] = DEFAULT_QUERY_MAX,
     as_json: AsJson = False,
     commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
     cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
@@ -163,19 +184,23 @@ def store_load(
         raise CliError("--flush must be 'sync' or 'async'")
     if str(file) != "-" and not file.is_file():
         raise CliError(f"input file {file} does not exist")
-    config = StoreConfig(geometry=_geometry(commitlog_file_size, cq_file_size, index_slots, index_entries),
-                         flush=flush, trace=trace)
+    geometry = _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)
+    out = sys.stdout.fileno()
+    sys.stdout.flush()
 
-    def emit(lines: str) -> None:
+    def emit(lines: str) -> None:  # a batch's lines in one write, past Python's buffer
         if lines:
-            sys.stdout.write(lines + "\n")
-            sys.stdout.flush()
+            ndjson_parse.write_all(out, (lines + "\n").encode())
 
-    with (sys.stdin if str(file) == "-" else file.open("rb")) as source, MessageStore.open(store, config) as s:
-        try:
-            ndjson_load.load(s, ndjson_load.line_batches(source.fileno()), emit)
-        except ndjson_load.LoadLineError as exc:
-            raise CliError(str(exc)) from None
+    with ndjson_parse.read_in_process(str(file)) as batches:  # parsing starts while the store is imported
+        from app import ndjson_load
+        from store.message_store import MessageStore, StoreConfig
+
+        with MessageStore.open(store, StoreConfig(geometry=geometry, flush=flush, trace=trace)) as s:
+            try:
+                ndjson_load.load(s, batches, emit)
+            except (LoadLineError, ReaderError) as exc:
+                raise CliError(str(exc)) from None
 
 
 @store_app.command("check")

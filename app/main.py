@@ -62,6 +62,7 @@ from app.services.login_limit import LoginLimiter
 from app.services.metrics import metrics_registry
 from app.services.pipeline_command import PipelineSetup
 from app.services.pipeline_runner import PipelineRunner
+from app.services.put_batcher import PutBatcher
 from app.services.rates import RateSampler
 from app.services.redrive import RedriveRunner
 from app.twin import JsonTwinMiddleware
@@ -185,6 +186,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         # the receive gate lets in, so they never wait for or starve the other routes' threads.
         app.state.receive_threads = anyio.CapacityLimiter(settings.max_receives)
         app.state.store = resources.store
+        app.state.put_batcher = PutBatcher(resources.store)
         app.state.sessions = resources.sessions
         app.state.session_secret = resources.session_secret
         app.state.redrive = resources.redrive
@@ -211,11 +213,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.rates = RateSampler()  # messages/s on the dashboard
     app.state.metrics_registry = metrics_registry(lambda: app.state.store)
     install_error_handlers(app)
-    for module in (health, auth_routes, accounts_routes, dead_letter_routes, messages, topics, groups, config_routes,
-                   receive, queue_view, timeline, resend, lookup, docs, metrics_routes, dashboard_page, search_page,
-                   message_page, timeline_page, topics_page, groups_page, dead_letters_page, redrive_routes,
-                   redrive_page, config_page, audit_routes, audit_page, pipeline_routes, analytics_page,
-                   admin_page):
+    # The producers' and consumers' routes first: a request is matched against the routes in order.
+    for module in (health, messages, receive, auth_routes, accounts_routes, dead_letter_routes, topics, groups,
+                   config_routes, queue_view, timeline, resend, lookup, docs, metrics_routes, dashboard_page,
+                   search_page, message_page, timeline_page, topics_page, groups_page, dead_letters_page,
+                   redrive_routes, redrive_page, config_page, audit_routes, audit_page, pipeline_routes,
+                   analytics_page, admin_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
     app.add_middleware(SessionCookieMiddleware)

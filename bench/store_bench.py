@@ -146,8 +146,9 @@ def run_round(params: systems.Params, n: int, rounds: int) -> dict[str, dict[str
         ("mqlens-single", systems.run_mqlens_single, single, "mqlens: put one by one", ""),
         ("mqlens-threads", systems.run_mqlens_threads, single, "mqlens: put one by one from 4 threads", ""),
         ("mqlens-sync64", systems.run_mqlens_sync_in_flight, single,
-         "mqlens: sync flush, 64 puts in flight (64 threads)", "syncs_per_message"),
+         "mqlens: sync flush, 64 puts in flight through the put batcher", "syncs_per_message"),
         ("mqlens-load", systems.run_mqlens_load, load, "mqlens store load from NDJSON", ""),
+        ("sqlite-load", systems.run_sqlite_load, load, "sqlite: a plain script loading the same NDJSON", ""),
         ("sqlite-single", systems.run_sqlite_single, single, "sqlite: one row per transaction", ""),
     ):
         warmups[name] = warm(count)

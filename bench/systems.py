@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.sqlite_schema import DB_NAME, SQLITE_INSERT, sqlite_open
 from bench.workload import GROUP_SIZE, TOPIC, Fields, Workload, new_message
 
 WARMUP_SALT = 1
@@ -70,6 +71,18 @@ def latency_summary(ns: list[int]) -> dict[str, float]:
         "max_us": s[-1] / 1000,
         "mean_us": sum(s) / len(s) / 1000,
     }
+
+
+def lag_summary(lags: list[int], bytes_per_s: float) -> dict[str, float]:
+    """Dispatch lag samples (bytes appended but not yet projected): percentiles in bytes, and
+    in milliseconds of appending at the measured rate."""
+    ordered = sorted(lags)
+    out: dict[str, float] = {"samples": len(ordered)}
+    for name, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
+        value = percentile(ordered, q) if ordered else 0
+        out[f"{name}_bytes"] = value
+        out[f"{name}_ms"] = value / bytes_per_s * 1000 if bytes_per_s else 0.0
+    return out
 
 
 def time_lookups(items: list, warmup: list, call: Callable[[Any], Any],
@@ -174,6 +187,29 @@ def _check_dispatched(store) -> None:
     expect(store.dispatch_lag_bytes() == 0, "dispatch did not complete")
 
 
+def _single_put_store(params: Params, name: str, flush: str) -> tuple:
+    """A single-put system's start: how many messages, the workload, memory at start, a fresh
+    directory and a store in it without trace; (n, workload, memory, root, store)."""
+    from store.message_store import MessageStore, StoreConfig
+
+    n = min(params.single_messages, params.messages)
+    wl = Workload(params.messages, params.seed, params.key_window)
+    mem_start = start_memory()
+    root = _fresh_dir(params, name)
+    return n, wl, mem_start, root, MessageStore.open(root, StoreConfig(flush=flush, trace=False))
+
+
+def _settle(store, n: int) -> tuple[float, int]:
+    """After the timed puts: dispatch and flush (timed), check all `n` messages are in the queues;
+    (seconds, commit syncs made)."""
+    t0 = time.perf_counter()
+    _check_dispatched(store)
+    store.flush()
+    flush_s = time.perf_counter() - t0
+    expect(sum(high for _, _, high in store.topics()[TOPIC]) == n, "messages missing")
+    return flush_s, store.commit_syncs
+
+
 def _check_message(wl: Workload, i: int, msg) -> None:
     expect(msg.topic == TOPIC, f"message {i}: topic {msg.topic!r}")
     expect(msg.unique_key == wl.unique_key(i), f"message {i}: unique key {msg.unique_key!r}")
@@ -194,6 +230,7 @@ def run_mqlens(params: Params) -> dict[str, Any]:
         put_s = 0.0
         sizes: set[int] = set()
         total_bytes = 0
+        lags: list[int] = []  # dispatch lag after each batch, untimed
         clock = time.perf_counter
         wall0 = clock()
         for fields in wl.batches(params.batch):
@@ -201,6 +238,7 @@ def run_mqlens(params: Params) -> dict[str, Any]:
             t0 = clock()
             results = store.put_many(msgs)
             put_s += clock() - t0
+            lags.append(store.dispatch_lag_bytes())
             expect(len(results) == len(fields), "put_many returned fewer results")
             for f, r in zip(fields, results, strict=True):
                 total_bytes += r.size
@@ -228,6 +266,7 @@ def run_mqlens(params: Params) -> dict[str, Any]:
             "bytes": total_bytes,
             "mb_per_s": total_bytes / (put_s + flush_s) / 1e6,
             "record_sizes": sorted(sizes),
+            "dispatch_lag": lag_summary(lags, total_bytes / (put_s + flush_s)),
         }
 
         def by_offset_id(i):
@@ -269,15 +308,11 @@ def run_mqlens(params: Params) -> dict[str, Any]:
 
 def run_mqlens_single(params: Params) -> dict[str, Any]:
     """One `put` per message on the first `single_messages` messages, in a store of its own."""
-    from store.message_store import MessageStore, StoreConfig
 
-    n = min(params.single_messages, params.messages)
-    wl = Workload(params.messages, params.seed, params.key_window)
-    mem_start = start_memory()
-    root = _fresh_dir(params, "mqlens-single")
-    store = MessageStore.open(root, StoreConfig(flush="async", trace=False))
+    n, wl, mem_start, root, store = _single_put_store(params, "mqlens-single", "async")
     try:
         put_s = 0.0
+        lags: list[int] = []  # dispatch lag after each batch's puts, untimed
         clock = time.perf_counter
         for fields in wl.batches(params.batch, stop=n):
             msgs = [new_message(f) for f in fields]
@@ -286,16 +321,19 @@ def run_mqlens_single(params: Params) -> dict[str, Any]:
             for m in msgs:
                 put(m)
             put_s += clock() - t0
+            lags.append(store.dispatch_lag_bytes())
         t0 = clock()
         _check_dispatched(store)
         store.flush()
         flush_s = clock() - t0
+        written = store.commitlog.end
     finally:
         store.close()
     return _finish({
         "system": "mqlens-single",
         "append": {"messages": n, "batch": 1, "put_s": put_s, "flush_s": flush_s, "seconds": put_s + flush_s,
-                   "msgs_per_s": n / (put_s + flush_s)},
+                   "msgs_per_s": n / (put_s + flush_s),
+                   "dispatch_lag": lag_summary(lags, written / (put_s + flush_s))},
     }, wl, mem_start, root)
 
 
@@ -305,14 +343,9 @@ def run_mqlens_threads(params: Params, threads: int = 4, flush: str = "async") -
     `single_messages` messages (message i from thread i % threads), in a store of its own."""
     import threading
 
-    from store.message_store import MessageStore, StoreConfig
 
-    n = min(params.single_messages, params.messages)
-    wl = Workload(params.messages, params.seed, params.key_window)
-    mem_start = start_memory()
     name = f"mqlens-threads-{threads}-{flush}"
-    root = _fresh_dir(params, name)
-    store = MessageStore.open(root, StoreConfig(flush=flush, trace=False))
+    n, wl, mem_start, root, store = _single_put_store(params, name, flush)
     try:
         msgs = [new_message(f) for fields in wl.batches(params.batch, stop=n) for f in fields]
         shares = [msgs[t::threads] for t in range(threads)]
@@ -338,12 +371,7 @@ def run_mqlens_threads(params: Params, threads: int = 4, flush: str = "async") -
             w.join()
         put_s = clock() - t0
         expect(not failures, f"a producer thread failed: {failures[:1]}")
-        t0 = clock()
-        _check_dispatched(store)
-        store.flush()
-        flush_s = clock() - t0
-        expect(sum(high for _, _, high in store.topics()[TOPIC]) == n, "messages missing")
-        syncs = store.commit_syncs
+        flush_s, syncs = _settle(store, n)
     finally:
         store.close()
     return _finish({
@@ -354,37 +382,90 @@ def run_mqlens_threads(params: Params, threads: int = 4, flush: str = "async") -
     }, wl, mem_start, root)
 
 
+IN_FLIGHT = 64
+
+
 def run_mqlens_sync_in_flight(params: Params) -> dict[str, Any]:
-    """Sync flush, 64 single puts in flight (64 threads): group commit."""
-    return run_mqlens_threads(params, threads=64, flush="sync")
+    """Sync flush, IN_FLIGHT single puts in flight as the server makes them: producers on one
+    event loop, each awaiting its put through the server's put batcher (the puts of one loop turn
+    appended together, answered when the group commit has synced past them)."""
+    import asyncio
+
+    from app.services.put_batcher import PutBatcher
+
+    n, wl, mem_start, root, store = _single_put_store(params, "mqlens-sync64", "sync")
+    try:
+        msgs = [new_message(f) for fields in wl.batches(params.batch, stop=n) for f in fields]
+        batcher = PutBatcher(store)
+
+        async def producer(share) -> None:
+            for m in share:
+                await batcher.put([m])
+
+        async def all_producers() -> None:
+            await asyncio.gather(*(producer(msgs[p::IN_FLIGHT]) for p in range(IN_FLIGHT)))
+
+        clock = time.perf_counter
+        t0 = clock()
+        asyncio.run(all_producers())
+        put_s = clock() - t0
+        flush_s, syncs = _settle(store, n)
+    finally:
+        store.close()
+    return _finish({
+        "system": "mqlens-sync64",
+        "append": {"messages": n, "batch": 1, "in_flight": IN_FLIGHT, "flush": "sync", "put_s": put_s,
+                   "flush_s": flush_s, "seconds": put_s + flush_s, "msgs_per_s": n / (put_s + flush_s),
+                   "syncs_per_message": syncs / n, "appends_per_message": batcher.appends / n},
+    }, wl, mem_start, root)
 
 
 LOAD_MESSAGES = 200_000
 
 
-def run_mqlens_load(params: Params) -> dict[str, Any]:
-    """`mqlens store load` of the first LOAD_MESSAGES messages from an NDJSON file (written
-    before the clock starts), timed as a command: from its start to its exit, results read."""
+def _write_load_input(wl: Workload, params: Params, count: int, path: Path) -> None:
+    """The first `count` messages as NDJSON lines, as `mqlens store load` reads them."""
     import base64
     import json
-    import subprocess
-    import sys
 
-    n = min(LOAD_MESSAGES, params.messages)
-    wl = Workload(params.messages, params.seed, params.key_window)
-    mem_start = start_memory()
-    root = _fresh_dir(params, "mqlens-load")
-    source = root / "messages.ndjson"
-    with open(source, "w") as out:
-        for fields in wl.batches(params.batch, stop=n):
+    with open(path, "w") as out:
+        for fields in wl.batches(params.batch, stop=count):
             out.writelines(json.dumps({
                 "topic": TOPIC, "body_base64": base64.b64encode(f.body).decode(), "tags": f.tags,
                 "keys": [f.key, f.shared_key], "queue_id": f.queue_id, "unique_key": f.unique_key,
             }) + "\n" for f in fields)
+
+
+def _run_command(args: list[str]) -> tuple[float, Any]:
+    """Run a command to its exit with its output read: the seconds it took, and how it ended."""
+    import subprocess
+
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "app.cli", "store", "load", "--store", str(root / "store"),
-                           str(source)], capture_output=True, text=True)
-    seconds = time.perf_counter() - t0
+    done = subprocess.run(args, capture_output=True, text=True)
+    return time.perf_counter() - t0, done
+
+
+def _load_input(params: Params, name: str) -> tuple:
+    """A load system's start: the NDJSON file of the first LOAD_MESSAGES messages in a fresh
+    directory; (n, workload, memory at start, root, file)."""
+    n = min(LOAD_MESSAGES, params.messages)
+    wl = Workload(params.messages, params.seed, params.key_window)
+    mem_start = start_memory()
+    root = _fresh_dir(params, name)
+    source = root / "messages.ndjson"
+    _write_load_input(wl, params, n, source)
+    return n, wl, mem_start, root, source
+
+
+def run_mqlens_load(params: Params) -> dict[str, Any]:
+    """`mqlens store load` of the first LOAD_MESSAGES messages from an NDJSON file (written
+    before the clock starts), timed as a command: from its start to its exit, results read."""
+    import json
+    import sys
+
+    n, wl, mem_start, root, source = _load_input(params, "mqlens-load")
+    seconds, done = _run_command([sys.executable, "-m", "app.cli", "store", "load", "--store", str(root / "store"),
+                                  str(source)])
     expect(done.returncode == 0, f"store load failed: {done.stderr[-500:]}")
     lines = done.stdout.splitlines()
     expect(len(lines) == n, f"store load printed {len(lines)} result lines for {n} messages")
@@ -393,6 +474,31 @@ def run_mqlens_load(params: Params) -> dict[str, Any]:
     return _finish({
         "system": "mqlens-load",
         "append": {"messages": n, "batch": 0, "seconds": seconds, "msgs_per_s": n / seconds,
+                   "input_bytes": source.stat().st_size},
+    }, wl, mem_start, root)
+
+
+def run_sqlite_load(params: Params) -> dict[str, Any]:
+    """The SQLite baseline of store load: the plain script bench/sqlite_load.py on the same NDJSON
+    file, its rows in transactions of `batch`, timed the same way (the command from its start to
+    its exit)."""
+    import sys
+
+    n, wl, mem_start, root, source = _load_input(params, "sqlite-load")
+    seconds, done = _run_command([sys.executable, "-m", "bench.sqlite_load", str(root), str(source),
+                                  str(params.batch)])
+    expect(done.returncode == 0, f"the SQLite load failed: {done.stderr[-500:]}")
+    conn = sqlite3.connect(root / DB_NAME)
+    try:
+        count, last = conn.execute("SELECT count(*), max(id) FROM msg").fetchone()
+        last_key = conn.execute("SELECT uniq_key FROM msg WHERE id = ?", (last,)).fetchone()[0]
+    finally:
+        conn.close()
+    expect(count == n, f"the SQLite load stored {count} rows for {n} messages")
+    expect(last_key == wl.unique_key(n - 1), "the last row is not the last line")
+    return _finish({
+        "system": "sqlite-load",
+        "append": {"messages": n, "batch": params.batch, "seconds": seconds, "msgs_per_s": n / seconds,
                    "input_bytes": source.stat().st_size},
     }, wl, mem_start, root)
 
@@ -474,16 +580,6 @@ def run_file(params: Params, total_bytes: int) -> dict[str, Any]:
 
 
 # -- SQLite ---------------------------------------------------------------------------------------
-SQLITE_SCHEMA = (
-    "CREATE TABLE msg (id INTEGER PRIMARY KEY, topic TEXT NOT NULL, queue_id INTEGER NOT NULL, "
-    "queue_offset INTEGER NOT NULL, key1 TEXT, key2 TEXT, uniq_key TEXT, tags TEXT, body BLOB, "
-    "store_ts INTEGER NOT NULL)",
-    "CREATE INDEX msg_key1 ON msg (topic, key1)",
-    "CREATE INDEX msg_key2 ON msg (topic, key2)",
-    "CREATE INDEX msg_uniq ON msg (uniq_key)",
-)
-SQLITE_INSERT = ("INSERT INTO msg (topic, queue_id, queue_offset, key1, key2, uniq_key, tags, body, store_ts) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _COLUMNS = "id, topic, queue_id, queue_offset, key1, key2, uniq_key, tags, body, store_ts"
 SQLITE_BY_ROWID = f"SELECT {_COLUMNS} FROM msg WHERE id = ?"
 SQLITE_BY_UNIQ = f"SELECT {_COLUMNS} FROM msg WHERE uniq_key = ? AND topic = ?"
@@ -495,12 +591,8 @@ SQLITE_BY_KEY = (f"SELECT {_COLUMNS} FROM msg WHERE topic = ?1 AND key1 = ?2 UNI
 
 def _sqlite_open(root: Path) -> sqlite3.Connection:
     """The baseline database: WAL, synchronous=NORMAL, the schema with its three indexes."""
-    conn = sqlite3.connect(root / "bench.db", isolation_level=None)
-    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    conn, mode = sqlite_open(root)
     expect(mode == "wal", f"journal mode {mode}")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    for stmt in SQLITE_SCHEMA:
-        conn.execute(stmt)
     return conn
 
 

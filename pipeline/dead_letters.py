@@ -46,7 +46,7 @@ def dead_letters(records: DataFrame, trace: DataFrame) -> DataFrame:
                                      F.col("store_timestamp").alias("original_timestamp"))
     events = events_of(trace_events(trace), dead.select("message_id"))
     ordered = (events.groupBy("message_id").agg(F.array_sort(F.collect_list(F.struct(
-        "at_ms", "trace_phys_offset", "kind", "offset_msg_id", "reason"))).alias("events")))
+        "at_ms", "trace_phys_offset", "trace_position", "kind", "offset_msg_id", "reason"))).alias("events")))
     with_facts = dead.join(first, "message_id", "left").join(ordered, "message_id", "left")
     found = F.col("original_offset_msg_id").isNotNull()
     return with_facts.select(

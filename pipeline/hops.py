@@ -60,8 +60,8 @@ EVENT_HOP_KINDS = {
 
 
 def event_hops(events: DataFrame) -> DataFrame:
-    """One hop per event (events_of's rows), ordered by the event's time, then its record. A
-    release to a retry topic is the redelivery of the group's next attempt."""
+    """One hop per event (events_of's rows), ordered by the event's time, then its record and its
+    place there. A release to a retry topic is the redelivery of the group's next attempt."""
     event_kind, topic = F.col("kind"), F.coalesce(F.col("topic"), F.lit(""))
     to_retry = (event_kind == TraceKind.RELEASED.value) & topic.startswith(topics.RETRY_PREFIX)
     kind = F.when(to_retry, F.lit("redelivered")).otherwise(
@@ -83,7 +83,7 @@ def event_hops(events: DataFrame) -> DataFrame:
         .otherwise(F.col("reason")),
     )
     order = F.struct(F.col("at_ms").alias("time_ms"), F.col("trace_phys_offset").alias("record"),
-                     F.lit(0).alias("step"))
+                     F.col("trace_position").alias("step"))
     return events.select("message_id", order.alias("order"), F.lit(True).alias("recorded"), made.alias("hop"))
 
 

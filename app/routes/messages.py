@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-from starlette.concurrency import run_in_threadpool
+from fastapi import APIRouter, Request, Response
 
-from app.deps import PutGateDep, StoreDep
 from app.routes import error_responses
 from app.schemas import ProduceBody, ProduceMessage, ProduceResponse, PutResultOut
 from app.security import MESSAGING
@@ -17,7 +15,7 @@ router = APIRouter(tags=["messages"])
 
 @router.post("/api/topics/{topic}/messages", response_model=ProduceResponse, dependencies=[MESSAGING],
              responses=error_responses(400, 403, 422, 429))
-async def produce(topic: str, body: ProduceBody, store: StoreDep, gate: PutGateDep) -> ProduceResponse:
+async def produce(topic: str, body: ProduceBody, request: Request) -> Response:
     """Put one message (a JSON object) or up to 1000 (a JSON list), all or none.
 
     The answer is always a list of results, in request order. A message with a delay level is
@@ -26,6 +24,8 @@ async def produce(topic: str, body: ProduceBody, store: StoreDep, gate: PutGateD
     many puts are in progress the answer is 429 with a Retry-After header."""
     items = [body] if isinstance(body, ProduceMessage) else body
     inputs = [MessageInput(**item.model_dump()) for item in items]
-    with gate.slot():
-        results = await run_in_threadpool(messages.produce, store, topic, inputs)
-    return ProduceResponse(results=[PutResultOut.model_validate(r, from_attributes=True) for r in results])
+    batch = messages.new_messages(topic, inputs)
+    with request.app.state.put_gate.slot():
+        results = await request.app.state.put_batcher.put(batch)
+    answer = ProduceResponse(results=[PutResultOut.model_validate(r, from_attributes=True) for r in results])
+    return Response(answer.model_dump_json(), media_type="application/json")  # already the response model

@@ -11,7 +11,6 @@ from app.services.errors import InvalidRequestError
 from app.services.topics import check_producer_topic
 from store.broker.record_builder import NewMessage
 from store.format import topics
-from store.message_store import MessageStore, PutResult
 
 MAX_MESSAGES_PER_REQUEST = 1000
 
@@ -61,13 +60,12 @@ def to_new_message(topic: str, item: MessageInput, where: str = "message") -> Ne
                       queue_id=item.queue_id, delay_level=item.delay_level or 0)
 
 
-def produce(store: MessageStore, topic: str, items: Sequence[MessageInput]) -> list[PutResult]:
-    """Put the messages in order, all or none: a bad one rejects the whole request."""
+def new_messages(topic: str, items: Sequence[MessageInput]) -> list[NewMessage]:
+    """The store's messages for one produce request, checked: a bad one rejects them all."""
     check_producer_topic(topic)
     if not items:
         raise InvalidRequestError("no messages to put")
     if len(items) > MAX_MESSAGES_PER_REQUEST:
         raise InvalidRequestError(f"{len(items)} messages in one request: at most {MAX_MESSAGES_PER_REQUEST}")
     single = len(items) == 1
-    messages = [to_new_message(topic, item, "message" if single else f"message {i}") for i, item in enumerate(items)]
-    return store.put_many(messages)
+    return [to_new_message(topic, item, "message" if single else f"message {i}") for i, item in enumerate(items)]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from store.format.recordio import filter_add, filter_has
+from store.format.recordio import dedupe_screen, filter_add, filter_has
 
 DEFAULT_WINDOW_MS = 10 * 60 * 1000
 GENERATION_BYTES = 2 << 20  # 16 bits per key at the capacity below: about 0.5 % false alarms
@@ -43,6 +43,13 @@ class RecentKeyFilter:
 
     def might_hold(self, key_hash: int) -> bool:
         return filter_has(self._bitmaps, key_hash)
+
+    def screen(self, messages: list) -> tuple[np.ndarray, list[int]]:
+        """Sort out a batch of NewMessages in one compiled pass: the index hashes of the keyed
+        messages that are certainly new (to add once stored), and the indices of those that need
+        the full check (a possible repeat, in the window or within the batch, or an unusual shape)."""
+        hashes, attention = dedupe_screen(messages, self._bitmaps)
+        return np.frombuffer(hashes, dtype=np.int64), attention
 
     def add(self, key_hash: int, now_ms: int) -> None:
         self._insert(key_hash, 1, now_ms)

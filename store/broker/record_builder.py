@@ -126,15 +126,14 @@ class RecordBuilder:
 
     def build_many(self, messages: list[NewMessage], now: int) -> list[tuple[tuple, str, str]]:
         """`build` of each message: the compiled builder takes the common shape, Python the rest."""
-        built = build_items(messages, now, self._compiled_plan())
-        for i, item in enumerate(built):
-            if item is None:
-                built[i] = self.build(messages[i], now)
+        built, fallbacks = build_items(messages, now, self._compiled_plan())
+        for i in fallbacks:
+            built[i] = self.build(messages[i], now)
         return built
 
     def build_one(self, message: NewMessage, now: int) -> tuple[tuple, str, str]:
         """build_many of one message."""
-        return build_items([message], now, self._compiled_plan())[0] or self.build(message, now)
+        return build_items([message], now, self._compiled_plan())[0][0] or self.build(message, now)
 
     def _compiled_plan(self) -> tuple:
         if self._plan is None:

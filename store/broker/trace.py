@@ -1,7 +1,9 @@
 """Lifecycle trace: every event of a message (stored, scheduled, delivered, acked, failed, sent to
-retry, dead-lettered, resent...) becomes a small record of the trace topic in the commit log,
-keyed by the message's unique key and by the offset id of the copy it concerns, so one index
-lookup returns a message's whole history across its original, scheduled, retry and DLQ copies."""
+retry, dead-lettered, resent...) is kept in the trace topic of the commit log, keyed by the
+message's unique key, so one index lookup returns a message's whole history across its original,
+scheduled, retry and DLQ copies. Events are packed many to a record (store.broker.trace_pack);
+stores written before that hold one record per event (JSON body, the kind as tag, keyed by the
+unique key and the offset id of the copy it concerns), which decode_trace reads."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import json
 from dataclasses import dataclass, fields
 from enum import StrEnum
 
-from store.broker.record_builder import NewMessage, is_valid_key
 from store.format import topics
 from store.format.codec import StoredMessage
 
@@ -59,16 +60,8 @@ class TraceEvent:
 _FIELD_NAMES = tuple(f.name for f in fields(TraceEvent))
 
 
-def trace_message(event: TraceEvent) -> NewMessage:
-    """The trace record of `event`: JSON body, the event kind as its tag, keyed for lookup (by the
-    ids an index can be asked for: a client may have set a unique key with spaces)."""
-    keys = [key for key in dict.fromkeys((event.unique_key, event.offset_msg_id)) if key and is_valid_key(key)]
-    body = json.dumps(event.to_json(), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    return NewMessage(topic=topics.TRACE_TOPIC, body=body, tags=event.kind.value, keys=keys)
-
-
 def decode_trace(msg: StoredMessage) -> TraceEvent | None:
-    """The event a trace record holds, or None for a record that is not a readable event."""
+    """The event a one-event trace record (JSON body) holds, or None for a record that is not one."""
     if msg.topic != topics.TRACE_TOPIC:
         return None
     try:
@@ -77,6 +70,7 @@ def decode_trace(msg: StoredMessage) -> TraceEvent | None:
         return None
 
 
-def ordered(events: list[tuple[int, TraceEvent]]) -> list[TraceEvent]:
-    """Events by time, ties in commit log order: (trace record phys offset, event) pairs in."""
+def ordered(events: list[tuple[tuple[int, int], TraceEvent]]) -> list[TraceEvent]:
+    """Events by time, ties in commit log order: ((trace record phys offset, place in the record),
+    event) pairs in."""
     return [event for _, event in sorted(events, key=lambda pair: (pair[1].at_ms, pair[0]))]

@@ -48,16 +48,20 @@ class SegmentWarmer:
             self._thread.join()
 
     def _next_range(self) -> tuple[MappedFile, int, int, int] | None:
-        """The next piece to warm, or None when there is nothing to do now."""
-        start = max(self._warmed_to, self._writer_end - self._writer_end % PAGE)
+        """The next piece to warm, or None when there is nothing to do now. Pieces are whole
+        pages of their segment (madvise takes nothing else), the last one of a segment excepted."""
+        start = max(self._warmed_to, self._writer_end)
+        pos = start % self._file_size
+        start -= pos % PAGE
+        pos -= pos % PAGE
         end = self._writer_end + self._ahead
         if start >= end:
             return None
         seg = self._segment_at(start)
         if seg is None:  # the writer has not created that segment yet
             return None
-        pos = start % self._file_size
-        length = min(self._step, self._file_size - pos, end - start)
+        length = min(self._step, end - start)
+        length = min(length + -length % PAGE, self._file_size - pos)
         return seg, start, pos, length
 
     def _run(self) -> None:

@@ -3,14 +3,17 @@ records unless asked."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
+import select
 import subprocess
 import sys
 
 import pytest
 
-from app import ndjson_load
+from app import ndjson_load, ndjson_parse
 from store.errors import InvalidMessageError
 from store.message_store import MessageStore
 from tests.conftest import GOLDEN_GEOMETRY_FLAGS
@@ -81,13 +84,23 @@ def test_a_message_the_store_refuses_stops_after_those_before_it(tmp_path):
 def test_batches_are_what_each_read_returned(tmp_path):
     r, w = os.pipe()
     os.write(w, b'{"a": 1}\n{"b"')
-    batches = ndjson_load.line_batches(r, read_bytes=64)
-    assert next(batches) == [(1, b'{"a": 1}')]
+    batches = ndjson_parse.line_batches(r, read_bytes=64)
+    assert next(batches) == (1, [b'{"a": 1}'])
     os.write(w, b': 2}\n\n{"c": 3}')
     os.close(w)
-    assert next(batches) == [(2, b'{"b": 2}')]
-    assert next(batches) == [(4, b'{"c": 3}')]
+    assert next(batches) == (2, [b'{"b": 2}', b""])  # (number of the first line, the lines)
+    assert next(batches) == (4, [b'{"c": 3}'])
     assert next(batches, None) is None
+    os.close(r)
+
+
+def test_a_line_longer_than_a_read_is_whole():
+    r, w = os.pipe()
+    long_line = b'{"topic": "T", "body": "' + b"x" * 300 + b'"}'
+    os.write(w, long_line + b"\n" + long_line[:10])
+    os.write(w, long_line[10:] + b"\n")
+    os.close(w)
+    assert list(ndjson_parse.line_batches(r, read_bytes=64)) == [(1, [long_line]), (2, [long_line])]
     os.close(r)
 
 
@@ -104,7 +117,8 @@ def test_bad_lines_are_named(line, fragment):
 
 def test_load_reports_the_refused_line_number(tmp_path):
     with MessageStore.open(tmp_path / "s", small_config()) as store:
-        batch = [(1, b'{"topic": "T", "body": "a"}'), (2, b'{"topic": "T", "body": "b", "keys": ["a b"]}')]
+        batch = ndjson_load.parse_lines(1, [b'{"topic": "T", "body": "a"}',
+                                            b'{"topic": "T", "body": "b", "keys": ["a b"]}'])
         emitted = []
         with pytest.raises(InvalidMessageError, match="line 2"):
             ndjson_load.load(store, iter([batch]), emitted.append)
@@ -120,3 +134,99 @@ def test_a_given_unique_key_is_kept_and_a_repeat_is_not_stored_twice(tmp_path):
     assert len(_records(tmp_path / "s")) == 1
     with pytest.raises(ndjson_load.LoadLineError, match="'unique_key' must be a string"):
         ndjson_load.parse_load_line(b'{"topic": "T", "body": "x", "unique_key": 5}', 1)
+
+
+AWKWARD_LINES = [
+    b'{"topic": "T", "body_base64": "aGVsbG8=", "tags": "A", "keys": ["k1", "k2"], "queue_id": 1, "unique_key": "u"}',
+    b'{"topic": "T", "body": "caf\\u00e9", "keys": []}',
+    b'{"topic": "T\\u00e9", "body": "x", "tags": null, "unique_key": null, "queue_id": null}',
+    b'{"topic": "T", "body": "x", "keys": null}',
+    b'{"topic": "T", "body": "x", "keys": "k"}',
+    b'{"topic": "T", "body": "x", "keys": ["a", 1]}',
+    b'{"topic": "T", "body": "x", "queue_id": true}',
+    b'{"topic": "T", "body": "x", "queue_id": 123456789012345678901234567890}',
+    b'{"topic": "T", "body": "x", "tags": ["not", "text"]}',
+    b'{"topic": "T", "body_base64": null, "body": "x"}',
+    b'{"topic": "T", "body_base64": "QUAZ="}',
+    b'{"topic": "T", "body_base64": "QUA"}',
+    b'{"topic": "T", "body_base64": "QU\\nA="}',
+    b'{"topic": "T", "body_base64": "w6k="}',
+    b'{"topic": "T", "body": "x", "properties": {"a": 1, "b": 1e400}, "flag": 3, "born_timestamp": 5}',
+    b'{"topic": "T", "body": "x", "born_host": "10.0.0.1:9"}',
+    b'{"topic": "T", "body": "\\ud800"}',
+    b'{"topic": 5, "body": "x"}',
+    b'{"topic": "T", "body": 5}',
+    b'{"topic": "T", "body": "x", "unique_key": 5}',
+    b'{"topic": "T", "body": "x"} trailing',
+    b'{"topic": "T", "body": "x", "a": NaN}',
+    b'["topic"]',
+    b'\xff',
+    b'{"topic": "T", "body": "x"}\r',
+]
+
+
+@pytest.mark.parametrize("line", AWKWARD_LINES)
+def test_the_fast_reading_means_what_the_reference_reading_means(line):
+    """parse_lines reads the common shape itself and everything else by parse_load_line: the
+    message, or the error, is the same either way."""
+    try:
+        expected = ndjson_parse.parse_load_line(line, 3)
+    except ndjson_parse.LoadLineError as exc:
+        expected = str(exc)
+    numbers, messages, error = ndjson_parse.parse_lines(3, [line])
+    got = str(error) if error is not None else messages[0]
+    assert got == expected
+    assert list(numbers) == ([] if error is not None else [3])
+
+
+def test_blank_lines_are_skipped_and_numbered_in_a_parsed_batch():
+    line = b'{"topic": "T", "body": "x"}'
+    numbers, messages, error = ndjson_parse.parse_lines(10, [line, b"", b"  \t", line, b"{", line])
+    assert list(numbers) == [10, 13] and len(messages) == 2
+    assert str(error).startswith("line 14: not JSON")
+
+
+def test_frames_end_with_a_mark_and_a_cut_stream_is_an_error():
+    r, w = os.pipe()
+    batch = ([1], [("T", b"x", None, [], {}, None, None, None, 0, 0, None)], None)
+    ndjson_parse.write_frames(w, iter([batch]))
+    os.close(w)
+    with os.fdopen(r, "rb") as stream:
+        data = stream.read()
+    assert list(ndjson_parse.read_frames(io.BytesIO(data))) == [batch]
+    for cut in (3, len(data) - 3):  # in a header, in the final mark
+        with pytest.raises(ndjson_parse.ReaderError):
+            list(ndjson_parse.read_frames(io.BytesIO(data[:cut])))
+
+
+def test_a_pipe_fed_line_by_line_is_answered_line_by_line(tmp_path):
+    """Each line's result comes back before the next line is written."""
+    load = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", "store", "load",
+         "--store", str(tmp_path / "s"), "-", *GOLDEN_GEOMETRY_FLAGS, "--flush", "sync"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for number, line in enumerate(_lines(5), start=1):
+            load.stdin.write(line.encode() + b"\n")
+            load.stdin.flush()
+            ready, _, _ = select.select([load.stdout], [], [], 60)
+            assert ready, f"no result for line {number} while the input stays open"
+            assert json.loads(load.stdout.readline())["line"] == number
+        load.stdin.close()
+        assert load.wait(timeout=60) == 0 and load.stdout.read() == b""
+    finally:
+        if load.poll() is None:
+            load.kill()
+        load.wait()
+    assert len(_records(tmp_path / "s")) == 5
+
+
+def test_the_body_comes_back_as_it_was_given(tmp_path):
+    body = bytes(range(256)) * 5
+    line = json.dumps({"topic": "LoadT", "body_base64": base64.b64encode(body).decode(), "keys": ["k"],
+                       "unique_key": "7F0000011F2E0000000000000000ABCD", "queue_id": 2})
+    code, results, _ = _load(tmp_path, line + "\n")
+    assert code == 0 and results[0]["queue_id"] == 2
+    [record] = _records(tmp_path / "s")
+    assert record.body == body and record.keys == ["k"] and record.unique_key == "7F0000011F2E0000000000000000ABCD"
+    assert results[0]["offset_msg_id"] == record.offset_msg_id and results[0]["phys_offset"] == record.phys_offset

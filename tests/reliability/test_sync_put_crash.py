@@ -3,15 +3,10 @@ acknowledged message is lost, and each is found by offset id, key and queue offs
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-
 import pytest
 
 from store.message_store import MessageStore
+from tests.reliability.killing import run_and_kill
 from tests.store.helpers import small_config
 
 PRODUCER = """
@@ -41,21 +36,7 @@ threading.Event().wait()
 @pytest.mark.parametrize("kill_after", [150, 900])
 def test_sigkill_during_threaded_sync_puts_loses_no_acknowledged_message(tmp_path, kill_after):
     store_dir = tmp_path / "store"
-    proc = subprocess.Popen([sys.executable, "-c", PRODUCER, str(store_dir)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
-    acknowledged = []
-    try:
-        for line in proc.stdout:
-            acknowledged.append(json.loads(line))
-            if len(acknowledged) == kill_after:
-                os.kill(proc.pid, signal.SIGKILL)
-                break
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-    assert len(acknowledged) == kill_after, proc.stderr.read()
-    assert proc.returncode == -signal.SIGKILL
+    acknowledged = run_and_kill([PRODUCER, str(store_dir)], kill_after)
 
     with MessageStore.open(store_dir, small_config()) as store:
         assert store.abnormal_shutdown

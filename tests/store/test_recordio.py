@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -18,7 +20,16 @@ from store.format.hosts import HostAddress
 from store.format.ids import UniqueKeyFactory, decode_unique_key
 from store.format.layouts import MAGIC_V1, MAGIC_V2
 from store.format.properties import format_properties, java_hashmap_order
-from store.format.recordio import SCAN_BLANK, SCAN_END, SCAN_FULL, SCAN_SLOW, encode_run, record_layout, scan_records
+from store.format.recordio import (
+    SCAN_BLANK,
+    SCAN_END,
+    SCAN_FULL,
+    SCAN_SLOW,
+    crc32,
+    encode_run,
+    record_layout,
+    scan_records,
+)
 from store.projections.dispatch import BatchScanner
 from tests.store.test_roundtrips import INT32, INT64, hosts, stored_messages
 
@@ -292,3 +303,19 @@ def test_index_put_refuses_a_geometry_that_does_not_fit_the_buffer():
         index_put(buf, layout, 4, 30, 1, 0, 0, keys, keys, keys)
     with pytest.raises(ValueError):
         index_put(buf, layout, 0, 3, 1, 0, 0, keys, keys, keys)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=3000), st.integers(0, 15), st.integers(0, 2**32 - 1))
+def test_the_body_crc_is_zlibs(data, skip, value):
+    """The encoders' CRC (carry-less multiplication where the processor has it) is zlib.crc32,
+    for any length, alignment and running value."""
+    view = memoryview(data)[skip:]
+    assert crc32(view, value) == zlib.crc32(view, value)
+    assert crc32(view) == zlib.crc32(view)
+
+
+def test_the_body_crc_is_zlibs_on_every_length_around_the_folding_sizes():
+    data = bytes(range(256)) * 20
+    for n in [*range(0, 200), 1023, 1024, 1025, 4095, 4096]:
+        assert crc32(data[:n]) == zlib.crc32(data[:n]), n

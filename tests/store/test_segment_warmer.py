@@ -40,6 +40,22 @@ def test_warmer_runs_ahead_of_the_writer_across_segments_and_stops(tmp_path):
         seg.close()  # no export of the mappings is left behind
 
 
+def test_warmer_keeps_up_with_a_writer_that_moves_by_less_than_a_page(tmp_path):
+    """Every piece starts on a page of its segment (madvise refuses anything else), so the warmer
+    goes on however the writer's end and the window fall between pages."""
+    size = 64 * PAGE
+    ahead = 4 * PAGE + 123
+    segment = MappedFile(tmp_path / "seg", size, writable=True, create=True)
+    warmer = SegmentWarmer(lambda phys: segment if phys < size else None, size, ahead=ahead, step=PAGE)
+    for end in range(1000, 40 * PAGE, 1000):
+        warmer.advance(end)
+        wait_until(lambda end=end: warmer._stopped or warmer._warmed_to >= end + ahead - PAGE, 10,
+                   "warming along with the writer", poll_s=0.001)
+        assert not warmer._stopped, f"the warmer stopped with the writer at {end}"
+    warmer.stop()
+    segment.close()
+
+
 def test_warmer_gives_up_quietly_on_a_read_only_segment(tmp_path):
     path = tmp_path / "seg"
     MappedFile(path, 4 * PAGE, writable=True, create=True).close()

@@ -73,6 +73,56 @@ def test_a_repeat_is_found_through_the_filter_and_the_index(tmp_path):
     assert other.phys_offset > first.phys_offset
 
 
+def test_the_dedupe_screen_clears_new_keys_and_leaves_the_rest_to_the_full_check():
+    f = RecentKeyFilter(window_ms=60_000)
+    f.add(index_key_hash("TopicA", "seen"), 1000)
+
+    def message(key, **kwargs):
+        return NewMessage(topic="TopicA", body=b"x", unique_key=key, **kwargs)
+
+    batch = [
+        message("new-1"),  # 0: certainly new
+        message(None),  # 1: no key, nothing to check
+        message("seen"),  # 2: the filter may hold it
+        message("twice"),  # 3 and 5: a repeat within the batch, both checked
+        message("delayed", delay_level=3),  # 4: another topic decides
+        message("twice"),
+        message("", properties={"UNIQ_KEY": "new-2"}),  # 6: a key from the properties
+        message("new-2"),  # 7: the same key as 6
+        message("new-3", properties={"a": "b"}),  # 8: properties, checked in full
+        message(None, delay_level=2),  # 9: no key
+    ]
+    hashes, attention = f.screen(batch)
+    assert attention == [2, 3, 4, 5, 6, 7, 8]
+    assert hashes.tolist() == [index_key_hash("TopicA", "new-1")]
+    batch.append(message(5))  # a key this screen does not read: everything takes the full check
+    hashes, attention = f.screen(batch)
+    assert attention == list(range(len(batch))) and not len(hashes)
+
+
+def test_put_many_keeps_one_copy_of_each_key_in_and_before_the_batch(tmp_path):
+    def message(i, key=None, **kwargs):
+        m = sample_message(i)
+        m.unique_key = key
+        for name, value in kwargs.items():
+            setattr(m, name, value)
+        return m
+
+    with MessageStore.open(tmp_path / "s", small_config(), clock=FakeClock()) as store:
+        [earlier] = store.put_many([message(0, "k0")])
+        batch = [message(1, "k1"), message(2), message(3, "k1"), message(4, "", properties={"UNIQ_KEY": "k2"}),
+                 message(5, "k2"), message(6, "k0"), message(7, "k3", delay_level=2), message(8, "k3")]
+        results = store.put_many(batch)
+        end = store.commitlog.end
+        again = store.put_many([message(9, "k1"), message(10, "k2"), message(11, "k3", delay_level=1)])
+        assert again == [results[0], results[3], results[6]] and store.commitlog.end == end
+        [elsewhere] = store.put_many([message(12, "k3")])  # a repeat is looked for where it would go
+        assert elsewhere.topic == "TopicA" and store.commitlog.end == end + elsewhere.size
+    assert results[2] == results[0] and results[4] == results[3] and results[5] == earlier
+    assert results[7] == results[6] and results[6].topic == "SCHEDULE_TOPIC_XXXX"
+    assert len({r.phys_offset for r in results} - {earlier.phys_offset}) == 4  # k1, no key, k2, k3
+
+
 def test_index_key_hash_matches_the_reference_on_awkward_text():
     for topic, key in [("TopicA", "k"), ("T", "é中"), ("x", "😀a"), ("a" * 300, "b\ud800"), ("", ""),
                        ("polygenelubricants", "")]:

@@ -1,0 +1,1 @@
+"""The parts the message store facade (store.message_store) is made of, one concern each."""

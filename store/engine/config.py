@@ -1,0 +1,33 @@
+"""A store's settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from store.broker.dedupe import DEFAULT_WINDOW_MS
+from store.format.delay_levels import DEFAULT_DELAY_LEVELS
+from store.log.geometry import StoreGeometry
+from store.log.retention import DEFAULT_RESERVED_HOURS
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    geometry: StoreGeometry = field(default_factory=StoreGeometry)
+    flush: Literal["sync", "async"] = "async"
+    flush_interval_ms: int = 500
+    store_host: str = "127.0.0.1:10911"
+    cluster: str = "DefaultCluster"
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+    default_queue_count: int = 4
+    auto_create_topics: bool = True
+    # > 0: a thread delivers delayed and timed messages at their time, re-checking at least this often
+    schedule_interval_ms: int = 0
+    max_message_bytes: int = 4 * 1024 * 1024
+    trace: bool = True  # record lifecycle events in the trace topic
+    dedupe_window_ms: int = DEFAULT_WINDOW_MS  # 0: store every send, even one with a known unique key
+    disk_max_used_ratio: float = 0.95  # producers' sends are refused above this (RocketMQ: 0.90)
+    disk_min_free_bytes: int = 64 * 1024 * 1024
+    put_wait_ms: int = 1000  # a send that waits longer than this for the store is refused (busy)
+    file_reserved_hours: float = DEFAULT_RESERVED_HOURS
+    retention_check_ms: int = 0  # > 0: a thread deletes expired segments this often
