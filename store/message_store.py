@@ -64,7 +64,8 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
         self.recovery: RecoveryResult | None = None
         self.abnormal_shutdown = False
         self._lock = threading.RLock()
-        self._appended = threading.Condition(self._lock)  # notified after every append; long polls wait on it
+        self._appended = threading.Condition(self._lock)  # notified after appends while long polls wait on it
+        self._long_polls = 0  # receives waiting in wait_for_append
         self._flush_lock = threading.RLock()  # taken before _lock, never after
         self._lock_fd: int | None = None
         self._closed = False
@@ -355,7 +356,17 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
             self.dispatcher.dispatch_pending()
         elif not self._dispatch_wake.is_set():
             self._dispatch_wake.set()
-        self._appended.notify_all()
+        if self._long_polls:
+            self._appended.notify_all()
+
+    def wait_for_append(self, timeout_s: float) -> None:
+        """(store lock held) Wait at most `timeout_s` for the next append; the lock is released
+        while waiting."""
+        self._long_polls += 1
+        try:
+            self._appended.wait(timeout_s)
+        finally:
+            self._long_polls -= 1
 
     def new_unique_key(self) -> str:
         """A fresh unique key in RocketMQ's client form, as a producer would make."""

@@ -156,7 +156,7 @@ class PopService:
                 if received or remaining <= 0:
                     return received
                 if not more_to_scan:
-                    store._appended.wait(min(remaining, POLL_SLICE_S))  # releases the store lock
+                    store.wait_for_append(min(remaining, POLL_SLICE_S))
                 if store._closed:
                     raise StoreError("the store is closed")
 

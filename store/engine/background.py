@@ -14,6 +14,8 @@ from store.format.codec import StoredMessage
 from store.locks import take_soon
 from store.log.retention import HOUR_MS, Expiry, RetentionPass, expired_until, expiry_of
 
+DISPATCH_GATHER_S = 0.001  # the dispatcher lets appends gather this long before a pass (RocketMQ's reput: 1 ms)
+
 
 class BackgroundWork:
     def catch_up(self) -> None:
@@ -29,9 +31,10 @@ class BackgroundWork:
         accumulated since the last pass (RocketMQ's ReputMessageService)."""
         while True:
             self._dispatch_wake.wait()
-            if self._stop_flusher.is_set():
-                return
+            self._stop_flusher.wait(DISPATCH_GATHER_S)  # a pass costs about the same for 1 record or 100
             self._dispatch_wake.clear()
+            if self._stop_flusher.is_set():  # close() sets it before the wake: never missed after the clear
+                return
             take_soon(self._lock, None)
             try:
                 if self._closed:
