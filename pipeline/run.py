@@ -7,6 +7,7 @@ import importlib
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -40,8 +41,10 @@ def error_in_words(exc: BaseException) -> str:
 class Watcher(threading.Thread):
     """Polls Spark's status tracker and the scan's progress files into the job's status."""
 
-    def __init__(self, spark, status: JobStatus, progress_dir: Path, publish: Callable[[JobStatus], None]):
+    def __init__(self, spark, status: JobStatus, progress_dir: Path, publish: Callable[[JobStatus], None],
+                 job_group: str):
         super().__init__(name="pipeline-watcher", daemon=True)
+        self.job_group = job_group  # the Spark job group the job's actions run in
         self.tracker = spark.sparkContext.statusTracker()
         self.status = status
         self.progress_dir = progress_dir
@@ -54,7 +57,7 @@ class Watcher(threading.Thread):
             self.poll()
 
     def poll(self) -> None:
-        for stage_id in self.tracker.getActiveStageIds():
+        for stage_id in self._stage_ids():
             info = self.tracker.getStageInfo(stage_id)
             if info is not None:
                 self.stages[stage_id] = (info.numCompletedTasks, info.numTasks)
@@ -69,6 +72,16 @@ class Watcher(threading.Thread):
         self.status.stage = (f"stage {done_stages + 1} of at least {len(self.stages)} running"
                              if active else f"{done_stages} stages done")
         self.publish(self.status)
+
+    def _stage_ids(self) -> set[int]:
+        """The stages running now and those of this job's Spark jobs (a stage may start and end
+        between two polls)."""
+        ids = set(self.tracker.getActiveStageIds())
+        for job_id in self.tracker.getJobIdsForGroup(self.job_group):
+            job = self.tracker.getJobInfo(job_id)
+            if job is not None:
+                ids.update(job.stageIds)
+        return ids
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -96,7 +109,9 @@ def run_job(name: str, source: SourceOptions, out: Path, spark_factory: Callable
         with spark_factory() as spark:
             status.state, status.stage = "running", "reading the commit log"
             publish(status)
-            watcher = Watcher(spark, status, progress_dir, publish)
+            job_group = f"mqlens-{name}-{uuid.uuid4().hex}"
+            spark.sparkContext.setJobGroup(job_group, f"mqlens pipeline job {name}")
+            watcher = Watcher(spark, status, progress_dir, publish, job_group)
             watcher.start()
             try:
                 counts = main(spark, replace(source, progress_dir=progress_dir), out)
