@@ -3,6 +3,7 @@ database (migrated) and the store, and closes them on shutdown."""
 
 from __future__ import annotations
 
+import gc
 import importlib.metadata
 import logging
 import threading
@@ -176,6 +177,14 @@ def _version() -> str:
         return "0+unknown"
 
 
+def _settle_heap() -> None:
+    """Move what start-up made (routes, schemas, the libraries' modules: hundreds of thousands of
+    objects that live as long as the server) out of the cycle collector's reach, so its full
+    passes walk only what requests made (they cost a produce request a third of its CPU)."""
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     clock = clock or SystemClock()
 
@@ -191,9 +200,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         app.state.session_secret = resources.session_secret
         app.state.redrive = resources.redrive
         app.state.pipeline_runner = resources.pipeline
+        _settle_heap()
         try:
             yield
         finally:
+            gc.unfreeze()
             await run_in_threadpool(_stop, resources)
 
     app = FastAPI(title="mqlens", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,

@@ -63,7 +63,10 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
         self.delay_levels = DelayLevels(config.delay_levels)
         self.recovery: RecoveryResult | None = None
         self.abnormal_shutdown = False
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the store lock: changes, and reads that need them settled
+        # The projections (consume queues, index): taken after _lock, never before. The dispatcher
+        # thread takes only this one, so appends go on while it projects.
+        self._dispatch_lock = threading.RLock()
         self._appended = threading.Condition(self._lock)  # notified after appends while long polls wait on it
         self._long_polls = 0  # receives waiting in wait_for_append
         self._flush_lock = threading.RLock()  # taken before _lock, never after
@@ -146,11 +149,20 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
         self._lock_for_change(wait_ms)
         try:
             if caught_up:
-                self.dispatcher.dispatch_pending()
-            yield
+                with self._dispatch_lock:
+                    self.dispatcher.dispatch_pending()
+                    yield
+            else:
+                yield
         finally:
             self._lock.release()
         self._make_durable()
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """The store lock and the projections' lock, for a read that needs a settled view."""
+        with self._lock, self._dispatch_lock:
+            yield
 
     def _make_durable(self) -> None:
         """Sync flush: return once the change and its trace events are on disk (store.log.group_commit)."""
@@ -174,26 +186,38 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
 
     def put(self, message: NewMessage) -> PutResult:
         """One message, as put_many([message]) would store it, by the single-send path."""
-        key = self._dedupe_key(message)
         self._lock_for_change(self.config.put_wait_ms)
         try:
             self._disk_guard.check()
-            now = self.clock.now_ms()
-            earlier = self._stored_recently(message, key, now) if key is not None else None
-            if earlier is not None:  # stored before: only its duplicate event is new
-                result = earlier
-                self._trace([duplicate_event(key, earlier, now)], now)
-            else:
-                result = self._append_one(self._builder.build_one(message, now), now)
-                if key is not None:
-                    self._recent.add(index_key_hash(result.topic, key), now)
-                if self.config.trace:
-                    self._trace(self._put_events([message], [result], now), now)
+            result = self._put_one(message, self.clock.now_ms())
             self.stats.count_put(1)
         finally:
             self._lock.release()
         self._make_durable()
         return result
+
+    def _put_one(self, message: NewMessage, now: int) -> PutResult:
+        """(store lock held) The single-send path: one message, without the batch machinery."""
+        key = self._dedupe_key(message)
+        new_hash = self._certainly_new(message, key) if key is not None else None
+        earlier = self._stored_recently(message, key, now) if key is not None and new_hash is None else None
+        if earlier is not None:  # stored before: only its duplicate event is new
+            self._trace([duplicate_event(key, earlier, now)], now)
+            return earlier
+        result = self._append_one(self._builder.build_one(message, now), now)
+        if key is not None:
+            self._recent.add(new_hash or index_key_hash(result.topic, key), now)
+        if self.config.trace:
+            self._trace(self._put_events([message], [result], now), now)
+        return result
+
+    def _certainly_new(self, m: NewMessage, key: str) -> int | None:
+        """The index hash of `key` when `m` goes straight to its topic and the filter has certainly
+        not seen it there (the common case, settled without the index), else None."""
+        if m.delay_level or (m.properties and topics.TIMER_DELIVER_MS in m.properties):
+            return None
+        key_hash = index_key_hash(m.topic, key)
+        return None if self._recent.might_hold(key_hash) else key_hash
 
     def put_many(self, messages: Iterable[NewMessage]) -> list[PutResult]:
         """Append messages in order; with sync flush they are on disk when this returns.
@@ -231,7 +255,9 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
     def _put_batch(self, batch: list[NewMessage]) -> list[PutResult]:
         self._disk_guard.check()
         now = self.clock.now_ms()
-        if self._recent is not None:
+        if len(batch) == 1:
+            results = [self._put_one(batch[0], now)]
+        elif self._recent is not None:
             results = self._put_deduplicated(batch, now)
         else:
             results = self._append_planned(self._builder.build_many(batch, now), now)
@@ -352,21 +378,31 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
 
     def _appended_to_log(self) -> None:
         """After an append: have it projected, synced per the flush policy, and long polls woken."""
-        if self.commitlog.end - self.dispatcher.dispatched_to > MAX_DISPATCH_LAG_BYTES:
-            self.dispatcher.dispatch_pending()
+        behind = self.commitlog.end - self.dispatcher.dispatched_to > MAX_DISPATCH_LAG_BYTES
+        if behind and self._dispatch_lock.acquire(False):  # when it is taken, the dispatcher is at work
+            try:
+                self.dispatcher.dispatch_pending()
+            finally:
+                self._dispatch_lock.release()
         elif not self._dispatch_wake.is_set():
             self._dispatch_wake.set()
         if self._long_polls:
             self._appended.notify_all()
 
     def wait_for_append(self, timeout_s: float) -> None:
-        """(store lock held) Wait at most `timeout_s` for the next append; the lock is released
-        while waiting."""
+        """(store lock held) Wait at most `timeout_s` for the next append; the store lock and the
+        projections' lock are released while waiting, so appends and their dispatch go on."""
+        held = 0
+        while self._dispatch_lock._is_owned():
+            self._dispatch_lock.release()
+            held += 1
         self._long_polls += 1
         try:
             self._appended.wait(timeout_s)
         finally:
             self._long_polls -= 1
+            for _ in range(held):
+                self._dispatch_lock.acquire()
 
     def new_unique_key(self) -> str:
         """A fresh unique key in RocketMQ's client form, as a producer would make."""

@@ -150,7 +150,7 @@ class RecordBuilder:
             sys_flag = self._store_sys_flag | (codec.BORNHOST_V6_FLAG if host.is_ipv6 else 0)
             self._plan = (self._topics, tuple(orders), self.cluster.encode("utf-8"), host.address, host.port,
                           sys_flag, self._fixed_size[host.is_ipv6], self.max_message_bytes, self.max_record_size,
-                          MAX_PROPERTIES_BYTES, self.unique_keys.create)
+                          MAX_PROPERTIES_BYTES, self.unique_keys.create, self._next_queue_id)
         return self._plan
 
     def build(self, m: NewMessage, now: int) -> tuple[tuple, str, str]:

@@ -22,7 +22,7 @@ class BackgroundWork:
         """Project what the dispatcher thread has not reached yet, here and now (read-your-writes):
         a reader waits at most for the batch the dispatcher is writing, then does the rest."""
         if self.dispatcher.dispatched_to < self.commitlog.end:
-            with self._lock:
+            with self._dispatch_lock:
                 if not self._closed:
                     self.dispatcher.dispatch_pending()
 
@@ -35,7 +35,7 @@ class BackgroundWork:
             self._dispatch_wake.clear()
             if self._stop_flusher.is_set():  # close() sets it before the wake: never missed after the clear
                 return
-            take_soon(self._lock, None)
+            take_soon(self._dispatch_lock, None)
             try:
                 if self._closed:
                     return
@@ -44,7 +44,7 @@ class BackgroundWork:
             except Exception as exc:  # readers catch up themselves and see it; the next append retries
                 self.dispatch_error = exc
             finally:
-                self._lock.release()
+                self._dispatch_lock.release()
 
     def _schedule_loop(self) -> None:
         """Deliver each delayed or timed message at its time: sleep until the earliest one due,
@@ -68,7 +68,7 @@ class BackgroundWork:
 
     def _plan_wake(self, longest_ms: int) -> int:
         """Milliseconds until the earliest message waiting is due, at most `longest_ms`."""
-        with self._lock:
+        with self._reading():
             now = self.clock.now_ms()
             self._schedule_wake.clear()
             due = [t for t in (self.scheduler.next_due_ms(now), self.timer.next_due_ms()) if t is not None]
@@ -76,7 +76,7 @@ class BackgroundWork:
             return max(0, self._wake_at_ms - now)
 
     def _note_due(self, deliver_ms: int) -> None:
-        """Dispatch wrote messages that wait until `deliver_ms` (store lock held)."""
+        """Dispatch wrote messages that wait until `deliver_ms` (projections' lock held)."""
         if deliver_ms < self._wake_at_ms:
             self._schedule_wake.set()
 

@@ -29,7 +29,7 @@ class Consuming:
         config = self.metadata.topic(topic)
         check_consumable(topic, config is None or config.readable)
         found: list[StoredMessage] = []
-        with self._lock:
+        with self._reading():
             cq = self.queues.get(topic, queue_id)
             if cq is None:
                 return PullResult([], 0, 0, 0)
@@ -60,7 +60,7 @@ class Consuming:
         topics.validate_topic(topic)
         if type(queue_id) is not int or queue_id < 0:
             raise InvalidIdError(f"invalid queue id {queue_id!r}")
-        with self._lock:
+        with self._reading():
             cq = self.queues.get(topic, queue_id)
             high = cq.max_offset if cq is not None else 0
             if type(offset) is not int or not 0 <= offset <= high:

@@ -180,7 +180,7 @@ class StoreLifecycle:
         if self.read_only:
             return
         with self._flush_lock:
-            with self._lock:  # only to collect what to sync: writers go on during the syncs
+            with self._reading():  # only to collect what to sync: writers go on during the syncs
                 if self._closed:
                     return
                 self._tracer.write()
@@ -210,7 +210,7 @@ class StoreLifecycle:
         for thread in (self._flusher, self._scheduler_thread, self._retention_thread, self._dispatch_thread):
             if thread is not None:
                 thread.join()
-        with self._flush_lock, self._lock:
+        with self._flush_lock, self._reading():
             if not self.read_only:
                 self.flush()
             self._closed = True

@@ -17,7 +17,7 @@ from store.format.codec import StoredMessage
 
 class Lookups:
     def read(self, phys_offset: int) -> StoredMessage:
-        with self._lock:
+        with self._reading():
             try:
                 return self.commitlog.read(phys_offset)
             except StoreError as exc:
@@ -28,7 +28,7 @@ class Lookups:
         return self.read(phys)
 
     def get_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> StoredMessage:
-        with self._lock:
+        with self._reading():
             cq = self.queues.get(topic, queue_id)
             if cq is None:
                 raise MessageNotFoundError(f"topic {topic!r} has no queue {queue_id}")
@@ -41,12 +41,12 @@ class Lookups:
 
     def dispatch_lag_bytes(self) -> int:
         """Commit log bytes written but not yet projected into consume queues and index."""
-        with self._lock:
+        with self._reading():
             return max(0, self.commitlog.end - self.dispatcher.dispatched_to)
 
     def queue_offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after `timestamp_ms` (the max offset if none)."""
-        with self._lock:
+        with self._reading():
             cq = self.queues.get(topic, queue_id)
             if cq is None:
                 raise MessageNotFoundError(f"topic {topic!r} has no queue {queue_id}")
@@ -59,7 +59,7 @@ class Lookups:
             raise InvalidIdError("the time window begins after it ends")
         found: list[StoredMessage] = []
         truncated = False
-        with self._lock:
+        with self._reading():
             # Index times are whole seconds after the file's begin: widen by one second, then
             # filter on each record's real store time.
             for phys in self.index.query(topic, key, max(0, begin - 1000), end):
@@ -98,7 +98,7 @@ class Lookups:
 
     def topics(self) -> dict[str, list[tuple[int, int, int]]]:
         """topic -> [(queue_id, min_offset, max_offset)]"""
-        with self._lock:
+        with self._reading():
             return {
                 topic: [(cq.queue_id, cq.min_offset, cq.max_offset) for cq in queues]
                 for topic, queues in self.queues.topics().items()
@@ -107,5 +107,5 @@ class Lookups:
     def check(self):
         from store.projections.check import check_store
 
-        with self._lock:
+        with self._reading():
             return check_store(self)

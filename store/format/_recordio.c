@@ -745,7 +745,7 @@ enum { F_TOPIC, F_BODY, F_TAGS, F_KEYS, F_PROPERTIES, F_QUEUE_ID, F_BORN_TS, F_B
        F_UNIQUE_KEY, F_RECONSUME, F_COMPRESS, F_COUNT };
 
 typedef struct {
-    PyObject *topic_forms, *orders, *cluster, *store_addr, *create_unique_key;
+    PyObject *topic_forms, *orders, *cluster, *store_addr, *create_unique_key, *next_queue_id;
     long store_port, sys_flag;
     Py_ssize_t fixed_size, max_body, max_record, max_props;
 } BuildPlan;
@@ -804,10 +804,12 @@ static PyObject *build_one(PyObject *msg, long long now, const BuildPlan *plan, 
     }
     if (!PyBytes_CheckExact(f[F_BODY]) || PyBytes_GET_SIZE(f[F_BODY]) > plan->max_body)
         goto fallback;
-    long queue_id = small_int(f[F_QUEUE_ID], &ok);
+    int round_robin = f[F_QUEUE_ID] == Py_None;
+    long queues = PyLong_AsLong(PyTuple_GET_ITEM(form, 3));
+    long queue_id = round_robin ? 0 : small_int(f[F_QUEUE_ID], &ok);
     long flag = small_int(f[F_FLAG], &ok);
     long reconsume = small_int(f[F_RECONSUME], &ok);
-    if (!ok || queue_id < 0 || queue_id >= PyLong_AsLong(PyTuple_GET_ITEM(form, 3)))
+    if (!ok || queue_id < 0 || queue_id >= queues)
         goto fallback;
     long long born_ts = now;
     if (f[F_BORN_TS] != Py_None) {
@@ -892,6 +894,17 @@ static PyObject *build_one(PyObject *msg, long long now, const BuildPlan *plan, 
                       PyLong_AsSsize_t(PyTuple_GET_ITEM(form, 2)) + props->len;
     if (size > plan->max_record)
         goto fallback;
+    if (round_robin) { /* chosen last: a message that falls back takes its turn in Python */
+        PyObject *chosen = PyObject_CallFunction(plan->next_queue_id, "Ol", f[F_TOPIC], queues);
+        if (!chosen)
+            goto done;
+        queue_id = small_int(chosen, &ok);
+        Py_DECREF(chosen);
+        if (!ok || queue_id < 0 || queue_id >= queues) {
+            PyErr_SetString(PyExc_ValueError, "the round robin chose a queue the topic does not have");
+            goto done;
+        }
+    }
     PyObject *props_bytes = PyBytes_FromStringAndSize(props->data, props->len);
     if (!props_bytes)
         goto done;
@@ -920,7 +933,8 @@ PyDoc_STRVAR(build_items_doc,
 "which the caller builds in Python: `fallbacks` lists their indices. plan: (topic forms {topic: (bytes, magic, overhead, queues)},\n"
 "HashMap orders of (CLUSTER, UNIQ_KEY [, TAGS] [, KEYS]) by 2*has_keys + has_tags as tuples of\n"
 "0 KEYS 1 UNIQ_KEY 2 TAGS 3 CLUSTER, cluster bytes, store address, store port, sys flag, fixed\n"
-"record size, max body, max record size, max properties bytes, unique key factory).");
+"record size, max body, max record size, max properties bytes, unique key factory, round robin\n"
+"next_queue_id(topic, queues) for a message without a queue id).");
 
 static PyObject *build_items(PyObject *self, PyObject *args)
 {
@@ -933,10 +947,10 @@ static PyObject *build_items(PyObject *self, PyObject *args)
 
     if (!PyArg_ParseTuple(args, "O!LO!", &PyList_Type, &messages, &now, &PyTuple_Type, &plan_obj))
         return NULL;
-    if (!PyArg_ParseTuple(plan_obj, "O!O!SSllnnnnO;build plan", &PyDict_Type, &plan.topic_forms, &PyTuple_Type,
+    if (!PyArg_ParseTuple(plan_obj, "O!O!SSllnnnnOO;build plan", &PyDict_Type, &plan.topic_forms, &PyTuple_Type,
                           &plan.orders, &plan.cluster, &plan.store_addr, &plan.store_port, &plan.sys_flag,
                           &plan.fixed_size, &plan.max_body, &plan.max_record, &plan.max_props,
-                          &plan.create_unique_key))
+                          &plan.create_unique_key, &plan.next_queue_id))
         return NULL;
     if (PyTuple_GET_SIZE(plan.orders) != 4) {
         PyErr_SetString(PyExc_ValueError, "the plan needs four property orders");

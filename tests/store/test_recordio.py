@@ -262,6 +262,17 @@ def test_compiled_builder_creates_unique_keys_in_rocketmq_layout():
     assert item[10] == format_properties({n: values[n] for n in java_hashmap_order(values)}).encode()
 
 
+def test_compiled_builder_takes_turns_over_the_queues_for_a_message_without_a_queue_id():
+    """The REST API's messages name no queue: they stay on the compiled path, round robin as in Python."""
+    compiled, python = builder(), builder()
+    compiled.build = None  # every message below takes the compiled path
+    messages = [NewMessage(topic="TopicA", body=b"x", tags="T", unique_key=f"K{i}") for i in range(6)]
+    built = compiled.build_many(messages, 1)
+    queues = [item[2] for item, _, _ in built]
+    assert queues == [(queues[0] + i) % 4 for i in range(6)]
+    assert built == [python.build(m, 1) for m in messages]
+
+
 def test_assign_queue_offsets_numbers_each_queue_from_the_table_or_its_end():
     from store.format.recordio import assign_queue_offsets
 

@@ -216,3 +216,76 @@ def test_a_failed_group_commit_is_raised_to_its_waiters(tmp_path, monkeypatch):
         monkeypatch.undo()
         store.put(_with_key(2))  # the next sync covers the segment the failed one left dirty
         assert store.commit_syncs >= 2
+
+
+def _holding(lock: threading.RLock):
+    """A thread that holds `lock` (as the dispatcher does during a pass) until the returned event is set."""
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert taken.wait(10)
+    return release, thread
+
+
+def test_appends_go_on_while_the_dispatcher_projects(tmp_path, monkeypatch):
+    """The dispatcher thread holds only the projections' lock: single puts and batches are not
+    held up by a pass, nor by a backlog past the limit while the dispatcher works on it."""
+    monkeypatch.setattr("store.message_store.MAX_DISPATCH_LAG_BYTES", 1000)
+    with MessageStore.open(tmp_path / "s", small_config(flush="async"), clock=FakeClock()) as store:
+        release, holder = _holding(store._dispatch_lock)
+        results: list = []
+        writer = threading.Thread(target=lambda: results.extend(
+            [store.put(_with_key(i)) for i in range(40)] + store.put_many([_with_key(i) for i in range(40, 80)])))
+        writer.start()
+        writer.join(10)
+        try:
+            assert not writer.is_alive(), "an append waited for the dispatcher's pass"
+            assert store.commitlog.end - store.dispatcher.dispatched_to > 1000
+        finally:
+            release.set()
+            holder.join(10)
+        for r in results:
+            [found] = store.query_by_unique_key("TopicA", r.unique_key).messages
+            assert found.phys_offset == r.phys_offset
+            assert store.get_by_queue_offset("TopicA", r.queue_id, r.queue_offset).phys_offset == r.phys_offset
+        assert store.dispatch_lag_bytes() == 0
+
+
+def test_a_long_poll_leaves_the_projections_to_the_dispatcher(tmp_path):
+    """A receive waiting for messages holds neither lock: if it kept the projections' lock, the
+    flush thread (store lock, then projections' lock) and the waiting receive would deadlock."""
+    outcome: list = []
+
+    def scenario() -> None:
+        try:
+            with MessageStore.open(tmp_path / "s", small_config(flush="async"), clock=FakeClock()) as store:
+                store.put(_with_key(0))
+                store.receive("g", "TopicA", 1, 60_000)
+                got: list = []
+                poll = threading.Thread(
+                    target=lambda: got.extend(store.receive("g", "TopicA", 1, 60_000, wait_ms=20_000)), daemon=True)
+                poll.start()
+                deadline = time.monotonic() + 10
+                while store._long_polls == 0 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                assert store._dispatch_lock.acquire(timeout=5), "the waiting receive kept the projections' lock"
+                store._dispatch_lock.release()
+                later = store.put(_with_key(1))
+                poll.join(10)
+                assert [r.message.phys_offset for r in got] == [later.phys_offset]
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    runner = threading.Thread(target=scenario, daemon=True)
+    runner.start()
+    runner.join(60)
+    assert outcome, "the store deadlocked around a waiting receive"
+    if outcome[0] is not None:
+        raise outcome[0]
