@@ -187,6 +187,7 @@ def store_load(
     geometry = _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)
     out = sys.stdout.fileno()
     sys.stdout.flush()
+    ndjson_parse.widen_pipe(out)
 
     def emit(lines: str) -> None:  # a batch's lines in one write, past Python's buffer
         if lines:

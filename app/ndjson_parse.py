@@ -17,6 +17,7 @@ import itertools
 import json
 import marshal
 import os
+import stat
 import struct
 import subprocess
 import sys
@@ -256,6 +257,14 @@ def read_frames(stream) -> Iterator:
     raise ReaderError("the input reader process stopped early")
 
 
+def widen_pipe(fd: int) -> None:
+    """When `fd` is a pipe, make its buffer PIPE_BYTES: fewer switches between the processes at
+    its two ends (anything else is left as it is)."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+
 @contextlib.contextmanager
 def read_in_process(source: str) -> Iterator[Iterator]:
     """The parsed batches of `source` (a file name, or '-' for standard input) as a reader
@@ -265,8 +274,7 @@ def read_in_process(source: str) -> Iterator[Iterator]:
              "sys.exit(main(sys.argv[1:]))")
     reader = subprocess.Popen([sys.executable, "-c", start, source], stdout=subprocess.PIPE)
     try:
-        with contextlib.suppress(OSError):  # a larger pipe: fewer switches between the processes
-            fcntl.fcntl(reader.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        widen_pipe(reader.stdout.fileno())
         yield read_frames(reader.stdout)
     finally:
         if reader.poll() is None:

@@ -438,12 +438,15 @@ def _write_load_input(wl: Workload, params: Params, count: int, path: Path) -> N
 
 
 def _run_command(args: list[str]) -> tuple[float, Any]:
-    """Run a command to its exit with its output read: the seconds it took, and how it ended."""
+    """Run a command to its exit with its output read: the seconds it took, and how it ended
+    (its output decoded after the clock stops: the decoding is this harness's work)."""
     import subprocess
 
     t0 = time.perf_counter()
-    done = subprocess.run(args, capture_output=True, text=True)
-    return time.perf_counter() - t0, done
+    done = subprocess.run(args, capture_output=True)
+    seconds = time.perf_counter() - t0
+    done.stdout, done.stderr = done.stdout.decode(), done.stderr.decode(errors="replace")
+    return seconds, done
 
 
 def _load_input(params: Params, name: str) -> tuple:

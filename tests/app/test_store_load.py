@@ -230,3 +230,24 @@ def test_the_body_comes_back_as_it_was_given(tmp_path):
     [record] = _records(tmp_path / "s")
     assert record.body == body and record.keys == ["k"] and record.unique_key == "7F0000011F2E0000000000000000ABCD"
     assert results[0]["offset_msg_id"] == record.offset_msg_id and results[0]["phys_offset"] == record.phys_offset
+
+
+def test_only_a_pipe_is_widened(tmp_path):
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    try:
+        ndjson_parse.widen_pipe(write_end)
+        assert fcntl.fcntl(write_end, fcntl.F_GETPIPE_SZ) >= min(ndjson_parse.PIPE_BYTES, _pipe_max())
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    with open(tmp_path / "out", "wb") as f:
+        ndjson_parse.widen_pipe(f.fileno())  # a file is left alone, without an error
+        f.write(b"ok")
+    assert (tmp_path / "out").read_bytes() == b"ok"
+
+
+def _pipe_max() -> int:
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        return int(f.read())
