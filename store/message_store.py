@@ -188,9 +188,7 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
         """One message, as put_many([message]) would store it, by the single-send path."""
         self._lock_for_change(self.config.put_wait_ms)
         try:
-            self._disk_guard.check()
-            result = self._put_one(message, self.clock.now_ms())
-            self.stats.count_put(1)
+            [result] = self._put_batch([message])
         finally:
             self._lock.release()
         self._make_durable()
