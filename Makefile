@@ -19,7 +19,7 @@ APT_INSTALL_MISSING = if [ -n "$$missing" ]; then \
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py store/format/_recordio.c
+$(STAMP): pyproject.toml setup.py store/format/_recordio.c app/_ndjson.c
 	@$(MAKE) --no-print-directory build-deps
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip

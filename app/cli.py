@@ -188,18 +188,15 @@ def store_load(
     out = sys.stdout.fileno()
     sys.stdout.flush()
     ndjson_parse.widen_pipe(out)
-
-    def emit(lines: str) -> None:  # a batch's lines in one write, past Python's buffer
-        if lines:
-            ndjson_parse.write_all(out, (lines + "\n").encode())
-
-    with ndjson_parse.read_in_process(str(file)) as batches:  # parsing starts while the store is imported
-        from app import ndjson_load
+    ndjson_parse.keep_freed_memory()
+    # A batch's lines go out in one write past Python's buffer, from a thread of their own.
+    with ndjson_parse.read_in_process(str(file)) as batches, ndjson_parse.BackgroundWriter(out) as output:
+        from app import ndjson_load  # parsing starts while the store is imported
         from store.message_store import MessageStore, StoreConfig
 
         with MessageStore.open(store, StoreConfig(geometry=geometry, flush=flush, trace=trace)) as s:
             try:
-                ndjson_load.load(s, batches, emit)
+                ndjson_load.load(s, batches, output.write)
             except (LoadLineError, ReaderError) as exc:
                 raise CliError(str(exc)) from None
 

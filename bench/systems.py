@@ -425,7 +425,8 @@ LOAD_MESSAGES = 200_000
 
 
 def _write_load_input(wl: Workload, params: Params, count: int, path: Path) -> None:
-    """The first `count` messages as NDJSON lines, as `mqlens store load` reads them."""
+    """The first `count` messages as NDJSON lines, as `mqlens store load` reads them, synced:
+    the kernel's write-back of the file would otherwise run during the timed command."""
     import base64
     import json
 
@@ -435,6 +436,8 @@ def _write_load_input(wl: Workload, params: Params, count: int, path: Path) -> N
                 "topic": TOPIC, "body_base64": base64.b64encode(f.body).decode(), "tags": f.tags,
                 "keys": [f.key, f.shared_key], "queue_id": f.queue_id, "unique_key": f.unique_key,
             }) + "\n" for f in fields)
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def _run_command(args: list[str]) -> tuple[float, Any]:

@@ -12,9 +12,13 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app import ndjson_load, ndjson_parse
+from store.engine.results import PutResult
 from store.errors import InvalidMessageError
+from store.format.hosts import HostAddress
 from store.message_store import MessageStore
 from tests.conftest import GOLDEN_GEOMETRY_FLAGS
 from tests.store.helpers import small_config
@@ -179,6 +183,27 @@ def test_the_fast_reading_means_what_the_reference_reading_means(line):
     assert list(numbers) == ([] if error is not None else [3])
 
 
+def test_a_batch_that_mixes_shapes_reads_each_line_as_the_reference_does():
+    """The compiled reading hands each line it cannot read to the reference and picks up after it."""
+    common = b'{"topic": "T", "body": "c", "keys": ["k"], "tags": "A"}'
+    lines = [common]
+    for line in AWKWARD_LINES:
+        lines += [line, common, common]
+    readable = [line for line in lines if not _refused(line)]
+    numbers, messages, error = ndjson_parse.parse_lines(10, readable)
+    assert error is None and list(numbers) == list(range(10, 10 + len(readable)))
+    assert messages == [ndjson_parse.parse_load_line(line, 1) for line in readable]
+    assert len({id(m[2]) for m in messages if m[2] == "A"}) == 1  # one tags object per batch
+
+
+def _refused(line: bytes) -> bool:
+    try:
+        ndjson_parse.parse_load_line(line, 1)
+    except ndjson_parse.LoadLineError:
+        return True
+    return False
+
+
 def test_blank_lines_are_skipped_and_numbered_in_a_parsed_batch():
     line = b'{"topic": "T", "body": "x"}'
     numbers, messages, error = ndjson_parse.parse_lines(10, [line, b"", b"  \t", line, b"{", line])
@@ -251,3 +276,52 @@ def test_only_a_pipe_is_widened(tmp_path):
 def _pipe_max() -> int:
     with open("/proc/sys/fs/pipe-max-size") as f:
         return int(f.read())
+
+
+TEXTS = st.text(alphabet=st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    ["LoadT", "", 'a"b', "back\\slash", "tab\there", "del\x7f", "é", "%DLQ%g"])
+HOSTS = st.sampled_from([HostAddress(bytes([127, 0, 0, 1]), 10911), HostAddress(bytes([10, 1, 2, 3]), 1),
+                         HostAddress(bytes(range(16)), 65535)])
+INT64 = st.integers(-(2**63), 2**63 - 1)
+RESULTS = st.lists(st.builds(PutResult, TEXTS, st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1),
+                             st.integers(0, 2**63 - 1), st.integers(0, 2**31 - 1), st.none() | TEXTS, INT64, HOSTS),
+                   max_size=20)
+
+
+@given(results=RESULTS, first=st.integers(1, 2**40), short_by=st.integers(0, 3), as_list=st.booleans())
+def test_the_compiled_result_lines_are_the_reference_text(results, first, short_by, as_list):
+    numbers = range(first, first + len(results) + short_by)
+    numbers = list(numbers) if as_list else numbers
+    compiled = ndjson_load.result_lines(numbers, results)
+    assert compiled == ndjson_load.reference_result_lines(numbers, results)
+    lines = [json.loads(line) for line in compiled.splitlines()]
+    assert [(line["topic"], line["unique_key"], line["phys_offset"]) for line in lines] == [
+        (r.topic, r.unique_key, r.phys_offset) for r in results]
+    assert [line["offset_msg_id"] for line in lines] == [r.offset_msg_id for r in results]
+
+
+def test_result_lines_refuse_what_is_not_a_put_result():
+    host = HostAddress(bytes(4), 1)
+    with pytest.raises(TypeError, match="PutResult"):
+        ndjson_load.result_lines([1], [("T", 0)])
+    with pytest.raises(TypeError, match="topic must be text"):
+        ndjson_load.result_lines([1], [PutResult(b"T", 0, 0, 0, 1, None, 0, host)])
+    with pytest.raises(TypeError, match="host_prefix"):
+        ndjson_load.compiled_result_lines([1], [PutResult("T", 0, 0, 0, 1, None, 0, host)], lambda h: b"x", str)
+    with pytest.raises(OverflowError):
+        ndjson_load.result_lines([2**64], [PutResult("T", 0, 0, 0, 1, None, 0, host)])
+
+
+def test_lines_written_in_the_background_keep_their_order_and_a_closed_reader_is_raised():
+    r, w = os.pipe()
+    with ndjson_parse.BackgroundWriter(w, ahead=2) as writer:
+        for i in range(50):
+            writer.write(b"%d\n" % i)
+    os.close(w)
+    with os.fdopen(r, "rb") as got:
+        assert got.read().split() == [b"%d" % i for i in range(50)]
+    r, w = os.pipe()
+    os.close(r)
+    with pytest.raises(BrokenPipeError), ndjson_parse.BackgroundWriter(w) as writer:
+        writer.write(b"lost\n")
+    os.close(w)
