@@ -5,6 +5,7 @@ path below."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -382,6 +383,8 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
                 self.dispatcher.dispatch_pending()
             finally:
                 self._dispatch_lock.release()
+        elif behind:  # the dispatcher is at work, and waits for the interpreter at each turn: give it one
+            time.sleep(0)
         elif not self._dispatch_wake.is_set():
             self._dispatch_wake.set()
         if self._long_polls:

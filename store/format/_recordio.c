@@ -25,15 +25,28 @@ typedef struct {
     Py_ssize_t topic_len_v1, topic_len_v2, props_len_size, blank_min;
 } Layout;
 
+/* The last layout tuple read, kept (with a reference, so its identity stays its own) because
+ * every call passes the same one: record_layout() is computed once. */
+static PyObject *known_layout_obj = NULL;
+static Layout known_layout;
+
 static int parse_layout(PyObject *obj, Layout *l)
 {
-    return PyArg_ParseTuple(obj, "nnnnnnnnnnnnnnnnnlllllnnnn;layout tuple",
+    if (obj == known_layout_obj) {
+        *l = known_layout;
+        return 1;
+    }
+    if (!PyArg_ParseTuple(obj, "nnnnnnnnnnnnnnnnnlllllnnnn;layout tuple",
                             &l->total, &l->magic, &l->crc, &l->queue_id, &l->flag, &l->queue_offset,
                             &l->phys, &l->sys_flag, &l->born_ts, &l->head_size, &l->host_v4, &l->host_v6,
                             &l->store_ts_size, &l->reconsume, &l->prepared, &l->body_len, &l->tail_size,
                             &l->magic_v1, &l->magic_v2, &l->magic_blank, &l->born_v6_flag,
                             &l->store_v6_flag, &l->topic_len_v1, &l->topic_len_v2, &l->props_len_size,
-                            &l->blank_min);
+                            &l->blank_min))
+        return 0;
+    Py_XSETREF(known_layout_obj, Py_NewRef(obj));
+    known_layout = *l;
+    return 1;
 }
 
 static inline void put_be(unsigned char *p, uint64_t v, int width)
@@ -936,46 +949,69 @@ PyDoc_STRVAR(build_items_doc,
 "record size, max body, max record size, max properties bytes, unique key factory, round robin\n"
 "next_queue_id(topic, queues) for a message without a queue id).");
 
-static PyObject *build_items(PyObject *self, PyObject *args)
-{
-    PyObject *messages, *plan_obj;
-    long long now;
-    BuildPlan plan;
-    PyObject *names[F_COUNT] = {0};
-    Growable props = {0}, keys = {0};
-    PyObject *result = NULL, *items = NULL, *fallbacks = NULL;
+/* NewMessage's field names, interned once. */
+static PyObject *message_field_names[F_COUNT];
 
-    if (!PyArg_ParseTuple(args, "O!LO!", &PyList_Type, &messages, &now, &PyTuple_Type, &plan_obj))
-        return NULL;
-    if (!PyArg_ParseTuple(plan_obj, "O!O!SSllnnnnOO;build plan", &PyDict_Type, &plan.topic_forms, &PyTuple_Type,
-                          &plan.orders, &plan.cluster, &plan.store_addr, &plan.store_port, &plan.sys_flag,
-                          &plan.fixed_size, &plan.max_body, &plan.max_record, &plan.max_props,
-                          &plan.create_unique_key, &plan.next_queue_id))
-        return NULL;
-    if (PyTuple_GET_SIZE(plan.orders) != 4) {
+static int message_fields_known(void)
+{
+    for (int i = 0; i < F_COUNT; i++)
+        if (!message_field_names[i] && !(message_field_names[i] = PyUnicode_InternFromString(MESSAGE_FIELDS[i])))
+            return 0;
+    return 1;
+}
+
+/* The last plan read, kept (with a reference) because a store passes the same tuple to every call. */
+static PyObject *known_plan_obj = NULL;
+static BuildPlan known_plan;
+
+static int parse_plan(PyObject *plan_obj, BuildPlan *plan)
+{
+    if (plan_obj == known_plan_obj) {
+        *plan = known_plan;
+        return 1;
+    }
+    if (!PyArg_ParseTuple(plan_obj, "O!O!SSllnnnnOO;build plan", &PyDict_Type, &plan->topic_forms, &PyTuple_Type,
+                          &plan->orders, &plan->cluster, &plan->store_addr, &plan->store_port, &plan->sys_flag,
+                          &plan->fixed_size, &plan->max_body, &plan->max_record, &plan->max_props,
+                          &plan->create_unique_key, &plan->next_queue_id))
+        return 0;
+    if (PyTuple_GET_SIZE(plan->orders) != 4) {
         PyErr_SetString(PyExc_ValueError, "the plan needs four property orders");
-        return NULL;
+        return 0;
     }
     for (int i = 0; i < 4; i++) {
-        PyObject *order = PyTuple_GET_ITEM(plan.orders, i);
+        PyObject *order = PyTuple_GET_ITEM(plan->orders, i);
         if (!PyTuple_Check(order)) {
             PyErr_SetString(PyExc_TypeError, "property orders are tuples");
-            return NULL;
+            return 0;
         }
         for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(order); j++) {
             long which = PyLong_AsLong(PyTuple_GET_ITEM(order, j));
             if (which < 0 || which >= PROP_COUNT) {
                 if (!PyErr_Occurred())
                     PyErr_SetString(PyExc_ValueError, "property order entries are 0..3");
-                return NULL;
+                return 0;
             }
         }
     }
-    for (int i = 0; i < F_COUNT; i++) {
-        names[i] = PyUnicode_InternFromString(MESSAGE_FIELDS[i]);
-        if (!names[i])
-            goto done;
-    }
+    Py_XSETREF(known_plan_obj, Py_NewRef(plan_obj));
+    known_plan = *plan;
+    return 1;
+}
+
+static PyObject *build_items(PyObject *self, PyObject *args)
+{
+    PyObject *messages, *plan_obj;
+    long long now;
+    BuildPlan plan;
+    PyObject *const *names = message_field_names;
+    Growable props = {0}, keys = {0};
+    PyObject *result = NULL, *items = NULL, *fallbacks = NULL;
+
+    if (!PyArg_ParseTuple(args, "O!LO!", &PyList_Type, &messages, &now, &PyTuple_Type, &plan_obj))
+        return NULL;
+    if (!parse_plan(plan_obj, &plan) || !message_fields_known())
+        return NULL;
     Py_ssize_t n = PyList_GET_SIZE(messages);
     items = PyList_New(n);
     fallbacks = PyList_New(0);
@@ -998,8 +1034,6 @@ static PyObject *build_items(PyObject *self, PyObject *args)
 done:
     Py_XDECREF(items);
     Py_XDECREF(fallbacks);
-    for (int i = 0; i < F_COUNT; i++)
-        Py_XDECREF(names[i]);
     PyMem_RawFree(props.data);
     PyMem_RawFree(keys.data);
     return result;
