@@ -50,7 +50,8 @@ from store.projections.index import IndexService
 __all__ = ["DEFAULT_QUERY_MAX", "FAR_FUTURE_MS", "MAX_QUERY_RESULTS", "MessageStore", "NewMessage", "PutResult",
            "QueryResult", "StoreConfig"]
 
-MAX_DISPATCH_LAG_BYTES = 4 << 20  # beyond this an append projects the backlog itself
+YIELD_DISPATCH_LAG_BYTES = 4 << 20  # beyond this an append gives the dispatcher thread a turn
+MAX_DISPATCH_LAG_BYTES = 32 << 20  # beyond this an append projects the backlog itself, the dispatcher idle
 
 
 class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
@@ -376,17 +377,21 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
         return PutResult(topic, item[2], queue_offset, phys, item[0], unique_key, now, self.store_host)
 
     def _appended_to_log(self) -> None:
-        """After an append: have it projected, synced per the flush policy, and long polls woken."""
-        behind = self.commitlog.end - self.dispatcher.dispatched_to > MAX_DISPATCH_LAG_BYTES
-        if behind and self._dispatch_lock.acquire(False):  # when it is taken, the dispatcher is at work
+        """After an append: have it projected, synced per the flush policy, and long polls woken.
+        The dispatcher lets go of the interpreter inside its pass and, with producers that never
+        block, waited a whole switch interval at each turn: an append past a backlog of
+        YIELD_DISPATCH_LAG_BYTES gives it a turn, and past MAX_DISPATCH_LAG_BYTES projects the
+        backlog itself when the dispatcher is idle."""
+        lag = self.commitlog.end - self.dispatcher.dispatched_to
+        if not self._dispatch_wake.is_set():
+            self._dispatch_wake.set()
+        if lag > MAX_DISPATCH_LAG_BYTES and self._dispatch_lock.acquire(False):
             try:
                 self.dispatcher.dispatch_pending()
             finally:
                 self._dispatch_lock.release()
-        elif behind:  # the dispatcher is at work, and waits for the interpreter at each turn: give it one
+        elif lag > YIELD_DISPATCH_LAG_BYTES:
             time.sleep(0)
-        elif not self._dispatch_wake.is_set():
-            self._dispatch_wake.set()
         if self._long_polls:
             self._appended.notify_all()
 
