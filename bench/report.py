@@ -302,7 +302,7 @@ def render(results: dict[str, Any]) -> str:
         "`flush()`; `write` + flush + fsync; `executemany` + commits + final WAL checkpoint). Building the "
         "messages from the generator is outside it, the same for all.")
     add("- `mqlens store load` and the SQLite load script are timed alike: each is a command run on the same "
-        "NDJSON file (written before the clock starts), from its start to its exit with its output read.")
+        "NDJSON file (written and synced before the clock starts), from its start to its exit with its output read.")
     add("- Each lookup is timed alone with `perf_counter_ns` and its result checked outside the timed window "
         "(body, unique key, all 10 hits); lookup targets are drawn uniformly over the whole log.")
     add("- The 10 messages sharing a key are scattered within windows of consecutive messages (`--key-window`, "

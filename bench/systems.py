@@ -338,12 +338,10 @@ def run_mqlens_single(params: Params) -> dict[str, Any]:
     }, wl, mem_start, root)
 
 
-# -- plain buffered file write -------------------------------------------------------------------
 def run_mqlens_threads(params: Params, threads: int = 4, flush: str = "async") -> dict[str, Any]:
     """`put` of one message per call from `threads` threads at once, on the first
     `single_messages` messages (message i from thread i % threads), in a store of its own."""
     import threading
-
 
     name = f"mqlens-threads-{threads}-{flush}"
     n, wl, mem_start, root, store = _single_put_store(params, name, flush)
@@ -541,6 +539,7 @@ def run_sqlite_single(params: Params) -> dict[str, Any]:
     }, wl, mem_start, root)
 
 
+# -- plain buffered file write -------------------------------------------------------------------
 def _header(f: Fields, length: int) -> bytes:
     """A header of exactly `length` bytes: fixed fields, then the properties text, zero-padded."""
     fixed = (length + len(f.body)).to_bytes(4, "big") + f.queue_id.to_bytes(4, "big") + \
