@@ -31,6 +31,7 @@ from bench.workload import DEFAULT_KEY_WINDOW, DEFAULT_SEED, GROUP_SIZE
 GB = 10**9
 BYTES_PER_MESSAGE_ON_DISK = 1400  # a 1 KiB body plus header, keys and index; SQLite and mqlens are close
 FIXED_DISK_BYTES = 2 * 1024**3  # a 1 GiB commit log segment and the 420 MB index file, allocated as written
+NDJSON_BYTES_PER_MESSAGE = 1600  # the load systems' input file, beside the store they write
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -78,7 +79,8 @@ def command_line() -> str:
 def check_disk(base: Path, args: argparse.Namespace) -> None:
     free = shutil.disk_usage(base).free
     # Systems run one at a time and each deletes its directory, so the largest one counts.
-    need = max(args.min_free_gb * GB, args.messages * BYTES_PER_MESSAGE_ON_DISK * 1.5 + FIXED_DISK_BYTES)
+    need = max(args.min_free_gb * GB,
+               args.messages * (BYTES_PER_MESSAGE_ON_DISK * 1.5 + NDJSON_BYTES_PER_MESSAGE) + FIXED_DISK_BYTES)
     if free < need:
         sys.exit(f"store_bench: only {free / GB:.1f} GB free under {base}; this run needs at least "
                  f"{need / GB:.1f} GB. Free some space or pass --workdir on a larger disk.")
@@ -141,7 +143,7 @@ def run_round(params: systems.Params, n: int, rounds: int) -> dict[str, dict[str
     log(f"  {r['append']['msgs_per_s']:,.0f} rows/s; p99 " +
         ", ".join(f"{k} {v['p99_us']:.1f} µs" for k, v in r["lookups"].items()))
     single = min(params.single_messages, params.messages)
-    load = min(systems.LOAD_MESSAGES, params.messages)
+    load = params.messages
     for name, run, count, what, extra in (
         ("mqlens-single", systems.run_mqlens_single, single, "mqlens: put one by one", ""),
         ("mqlens-threads", systems.run_mqlens_threads, single, "mqlens: put one by one from 4 threads", ""),

@@ -419,9 +419,6 @@ def run_mqlens_sync_in_flight(params: Params) -> dict[str, Any]:
     }, wl, mem_start, root)
 
 
-LOAD_MESSAGES = 200_000
-
-
 def _write_load_input(wl: Workload, params: Params, count: int, path: Path) -> None:
     """The first `count` messages as NDJSON lines, as `mqlens store load` reads them, synced:
     the kernel's write-back of the file would otherwise run during the timed command."""
@@ -451,9 +448,9 @@ def _run_command(args: list[str]) -> tuple[float, Any]:
 
 
 def _load_input(params: Params, name: str) -> tuple:
-    """A load system's start: the NDJSON file of the first LOAD_MESSAGES messages in a fresh
-    directory; (n, workload, memory at start, root, file)."""
-    n = min(LOAD_MESSAGES, params.messages)
+    """A load system's start: the NDJSON file of every message of the run (the messages the other
+    systems append) in a fresh directory; (n, workload, memory at start, root, file)."""
+    n = params.messages
     wl = Workload(params.messages, params.seed, params.key_window)
     mem_start = start_memory()
     root = _fresh_dir(params, name)
@@ -463,8 +460,8 @@ def _load_input(params: Params, name: str) -> tuple:
 
 
 def run_mqlens_load(params: Params) -> dict[str, Any]:
-    """`mqlens store load` of the first LOAD_MESSAGES messages from an NDJSON file (written
-    before the clock starts), timed as a command: from its start to its exit, results read."""
+    """`mqlens store load` of the run's messages from an NDJSON file (written before the clock
+    starts), timed as a command: from its start to its exit, results read."""
     import json
     import sys
 
