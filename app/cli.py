@@ -49,6 +49,9 @@ CqSize = Annotated[int, typer.Option("--cq-file-size", min=20, help="Consume que
 IndexSlots = Annotated[int, typer.Option("--index-slots", min=1, help="Hash slots per index file.")]
 IndexEntries = Annotated[int, typer.Option("--index-entries", min=2, help="Entries per index file.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+DelayLevelsOpt = Annotated[str | None, typer.Option(
+    "--delay-levels", help="The broker's delay level table ('1s 5s 10s ...', messageDelayLevel in its broker.conf) "
+    "for a store without its own [default: inferred from its scheduled messages].")]
 
 
 class CliError(Exception):
@@ -59,12 +62,19 @@ def _geometry(commitlog_file_size: int, cq_file_size: int, index_slots: int, ind
     return StoreGeometry(commitlog_file_size, cq_file_size, index_slots, index_entries)
 
 
-def _open_read_only(store: Path, geometry: StoreGeometry) -> MessageStore:
+def _open_read_only(store: Path, geometry: StoreGeometry, delay_levels: str | None = None) -> MessageStore:
+    from store.format.delay_levels import parse_delay_levels
     from store.message_store import MessageStore, StoreConfig
 
     if not store.is_dir():
         raise CliError(f"store directory {store} does not exist")
-    return MessageStore.open(store, StoreConfig(geometry=geometry), read_only=True)
+    if delay_levels is not None:
+        delay_levels = " ".join(delay_levels.split())
+        try:
+            parse_delay_levels(delay_levels)
+        except ValueError as exc:
+            raise CliError(f"--delay-levels: {exc}") from None
+    return MessageStore.open(store, StoreConfig(geometry=geometry, delay_levels=delay_levels), read_only=True)
 
 
 def _store_value(name: str):
@@ -208,13 +218,17 @@ def store_check(
     cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
     index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
     index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+    delay_levels: DelayLevelsOpt = None,
 ) -> None:
     """Check every record, queue unit and index entry; exit 1 when the store is inconsistent."""
-    with _open_read_only(store, _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)) as s:
+    geometry = _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)
+    with _open_read_only(store, geometry, delay_levels) as s:
         report = s.check()
         recovery = s.recovery
+        table, source = s.delay_levels.spec, s.delay_levels_source.text
     print(f"records: {report.records}, end-of-file fillers: {report.blanks}, queue units: {report.queue_units}, "
           f"index entries: {report.index_entries}")
+    print(f"delay levels: {table} ({source})")
     if recovery is not None and recovery.truncated_bytes:
         report.problem(f"{recovery.truncated_bytes} bytes after the last good record at {recovery.end} "
                        f"({recovery.reason or 'unreadable data'}); opening the store read-write truncates them")
@@ -311,6 +325,7 @@ def serve(
     = None,
     index_entries: Annotated[int | None, typer.Option("--index-entries", min=2, help="Entries per index file.")]
     = None,
+    delay_levels: DelayLevelsOpt = None,
 ) -> None:
     """Migrate the database, then serve the console and REST API (one process, one worker)."""
     import logging
@@ -323,7 +338,8 @@ def serve(
     _check_served_store(store, read_only)
     settings = _settings(data_dir=data, host=host, port=port, demo=demo or None, store_dir=store,
                          read_only=read_only or None, commitlog_file_size=commitlog_file_size,
-                         cq_file_size=cq_file_size, index_slots=index_slots, index_entries=index_entries)
+                         cq_file_size=cq_file_size, index_slots=index_slots, index_entries=index_entries,
+                         delay_levels=delay_levels)
     if settings.listens_beyond_loopback() and settings.anonymous_viewer:
         raise CliError(f"--host {settings.host} with MQLENS_ANONYMOUS_VIEWER would show message bodies and "
                        "topics to anyone on the network: turn anonymous viewing off, or listen on 127.0.0.1")

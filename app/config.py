@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from store.format.delay_levels import parse_delay_levels
 from store.log.geometry import StoreGeometry
 
 DB_FILE_NAME = "mqlens.db"
@@ -38,6 +39,10 @@ class Settings(BaseSettings):
     index_slots: int | None = Field(None, ge=1)
     index_entries: int | None = Field(None, ge=2)
     schedule_interval_ms: int = Field(50, ge=0)  # 0: delayed messages are delivered only on demand
+    # The delay level table of a store without its own (config/delayLevels.json), '1s 5s 10s ...':
+    # a broker keeps it in broker.conf (messageDelayLevel). Unset: inferred from the store's
+    # scheduled messages, else RocketMQ's default.
+    delay_levels: str | None = Field(None, max_length=20_000)
     demo: bool = False
     max_pending_puts: int = Field(256, ge=0)  # puts in progress at once; beyond it: 429
     # Receives in progress at once, each on a worker thread of its own (long polls wait there); beyond it: 429.
@@ -69,6 +74,15 @@ class Settings(BaseSettings):
             except ArgumentError as exc:  # a malformed URL or a database SQLAlchemy cannot load
                 raise ValueError(f"unusable database URL: {exc}") from None
         return url
+
+    @field_validator("delay_levels")
+    @classmethod
+    def _delay_table(cls, spec: str | None) -> str | None:
+        if spec is None or not spec.strip():
+            return None
+        spec = " ".join(spec.split())
+        parse_delay_levels(spec)  # its ValueError names the bad level
+        return spec
 
     @field_validator("pipeline_command")
     @classmethod

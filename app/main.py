@@ -68,7 +68,6 @@ from app.services.rates import RateSampler
 from app.services.redrive import RedriveRunner
 from app.twin import JsonTwinMiddleware
 from store.clock import Clock, SystemClock
-from store.format.delay_levels import DEFAULT_DELAY_LEVELS
 from store.message_store import MessageStore, StoreConfig
 
 log = logging.getLogger("mqlens.app")
@@ -111,11 +110,12 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
     try:
         sessions = session_factory(engine)
         session_secret = _set_up_accounts(settings, sessions, clock)
-        # Read-only: the store's own delay level table (config/delayLevels.json or RocketMQ's default).
-        levels = None if settings.read_only else config_service.stored_delay_levels(sessions)
+        # The delay level table: the newest the operators recorded (read-write), else the one
+        # configured; the store's own file wins over both, and without any the store infers it.
+        recorded = None if settings.read_only else config_service.stored_delay_levels(sessions)
         store_config = StoreConfig(geometry=settings.geometry(), flush=settings.flush,
                                    schedule_interval_ms=0 if settings.read_only else settings.schedule_interval_ms,
-                                   delay_levels=levels or DEFAULT_DELAY_LEVELS)
+                                   delay_levels=recorded or settings.delay_levels)
         store = MessageStore.open(settings.store_dir, store_config, clock=clock, read_only=settings.read_only)
     except BaseException:
         engine.dispose()

@@ -294,7 +294,7 @@ class HopOut(BaseModel):
     """One hop of a message's life; unset fields are left out."""
 
     kind: Literal["produced", "scheduled", "released", "delivered", "consumed", "failed", "retry_scheduled",
-                  "redelivered", "dead_lettered", "resent", "duplicate"]
+                  "redelivered", "dead_lettered", "resent", "duplicate", "sent", "transaction"]
     label: str = Field(description="The kind in words, e.g. 'retry scheduled'.")
     time_ms: int
     detail: str = Field(description="What happened, in words.")
@@ -323,7 +323,8 @@ class TimelineResponse(BaseModel):
     ok: Literal[True] = True
     id: str
     events: list[TraceEventOut]
-    traced: bool = Field(description="True: hops from recorded trace events; false: reconstructed from the copies.")
+    traced: bool = Field(description="True: hops from recorded trace events (mqlens's own, or the RocketMQ clients' "
+                         "message trace in RMQ_SYS_TRACE_TOPIC); false: reconstructed from the copies.")
     hops: list[HopOut] = Field(description="Every hop in time order.")
     verdicts: list[VerdictOut] = Field(description="Where the message stands for each consumer group.")
 
@@ -402,7 +403,10 @@ class DlqResendResponse(BaseModel):
 class DelayLevelsOut(BaseModel):
     ok: Literal[True] = True
     levels: str = Field(description="Space-separated delays, level 1 first, e.g. '1s 5s 10s 30s 1m'.")
-    version: int = Field(description="0: the built-in table, never changed here.")
+    version: int = Field(description="0: the store's table, never changed here.")
+    source: str | None = Field(None, description="For version 0, where the table came from: the store's own "
+                               "file, given at start, inferred from the store's scheduled messages (a store "
+                               "another broker wrote), or RocketMQ's default.")
 
 
 class DelayLevelsUpdate(Strict):

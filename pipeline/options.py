@@ -50,4 +50,4 @@ class SourceOptions:
         """The delay levels the store's dispatch would use: the given table, else the store's own."""
         if self.delay_levels is not None:
             return DelayLevels(self.delay_levels)
-        return read_delay_levels(StorePaths(Path(self.store_dir)).config, DEFAULT_DELAY_LEVELS)
+        return read_delay_levels(StorePaths(Path(self.store_dir)).config) or DelayLevels(DEFAULT_DELAY_LEVELS)

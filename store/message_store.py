@@ -15,6 +15,7 @@ import numpy as np
 
 from store.broker import trace_log
 from store.broker.dedupe import RecentKeyFilter
+from store.broker.delay_inference import DEFAULT_TABLE_TEXT, FILE_TABLE_TEXT, DelayTableSource
 from store.broker.metadata import Metadata, TopicConfig
 from store.broker.offsets import ConsumerOffsets
 from store.broker.pop import PopService
@@ -35,7 +36,7 @@ from store.errors import (
     StoreError,
 )
 from store.format import topics
-from store.format.delay_levels import DelayLevels
+from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
 from store.format.hosts import HostAddress
 from store.format.recordio import assign_queue_offsets, index_key_hash, put_results
 from store.locks import take_soon
@@ -62,7 +63,8 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
         self.clock = clock
         self.geometry = config.geometry
         self.store_host = HostAddress.parse(config.store_host)
-        self.delay_levels = DelayLevels(config.delay_levels)
+        self.delay_levels = DelayLevels(config.delay_levels or DEFAULT_DELAY_LEVELS)
+        self.delay_levels_source = DelayTableSource("default", DEFAULT_TABLE_TEXT)
         self.recovery: RecoveryResult | None = None
         self.abnormal_shutdown = False
         self._lock = threading.RLock()  # the store lock: changes, and reads that need them settled
@@ -119,6 +121,7 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
             tables = self.delay_levels.changed_to(spec, self.commitlog.end)
             write_delay_levels(self.paths.config, tables)
             self.delay_levels.use_tables(tables)
+            self.delay_levels_source = DelayTableSource("file", FILE_TABLE_TEXT)
             self.scheduler.table_changed(self.clock.now_ms())
             self._fit_schedule_topic()
 

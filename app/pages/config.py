@@ -33,7 +33,8 @@ def delay_levels_page(request: Request, store: StoreDep, sessions: SessionsDep, 
     current = config.get_delay_levels(store, sessions)
     groups = known_groups(store)
     chosen = group if group in groups else None
-    data = {"nav": "config", "current": {"levels": current.levels, "version": current.version},
+    data = {"nav": "config", "current": {"levels": current.levels, "version": current.version,
+                                         "source": current.source},
             "preview": _preview(store, current.levels, chosen), "groups": groups,
             "history": [vars(v) for v in config.history(sessions, store)]}
     return renderer.page(request, "config/delay_levels.html", data)

@@ -60,6 +60,7 @@ def timeline_data(store: MessageStore, message_id: str) -> dict:
         "id": message_id,
         "message": _identity(found),
         "traced": found.traced,
+        "client_trace_contexts": found.client_trace_contexts,
         "progress_recorded": found.progress_recorded,
         "verdicts": [verdict.to_json() for verdict in found.verdicts],
         "hops": [hop.to_json() for hop in found.hops],

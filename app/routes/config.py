@@ -28,6 +28,10 @@ IdempotencyKey = Annotated[str | None, Header(max_length=255, description="Repea
 IfMatch = Annotated[str | None, Header(max_length=32, description='The version the edit was made from, as "N".')]
 
 
+def _delay_levels_out(view: config.DelayLevelsView) -> DelayLevelsOut:
+    return DelayLevelsOut(levels=view.levels, version=view.version, source=view.source or None)
+
+
 def expected(body_version: int | None, if_match: str | None) -> int | None:
     if if_match is None:
         return body_version
@@ -37,14 +41,16 @@ def expected(body_version: int | None, if_match: str | None) -> int | None:
     return int(text)
 
 
-@router.get("/api/config/delay-levels", response_model=DelayLevelsOut, dependencies=[READ])
+@router.get("/api/config/delay-levels", response_model=DelayLevelsOut, response_model_exclude_none=True,
+            dependencies=[READ])
 def get_delay_levels(store: StoreDep, sessions: SessionsDep) -> DelayLevelsOut:
     """The delay level table in use and its version (0: never changed through mqlens)."""
     view = config.get_delay_levels(store, sessions)
-    return DelayLevelsOut(levels=view.levels, version=view.version)
+    return _delay_levels_out(view)
 
 
-@router.put("/api/config/delay-levels", response_model=DelayLevelsOut, responses=error_responses(400, 409, 422))
+@router.put("/api/config/delay-levels", response_model=DelayLevelsOut, response_model_exclude_none=True,
+            responses=error_responses(400, 409, 422))
 def put_delay_levels(update: DelayLevelsUpdate, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
                      actor: Configurer, lock: ConfigLockDep, idempotency_key: IdempotencyKey = None,
                      if_match: IfMatch = None) -> DelayLevelsOut:
@@ -56,7 +62,7 @@ def put_delay_levels(update: DelayLevelsUpdate, store: StoreDep, sessions: Sessi
                                    idempotency_key=idempotency_key, reason=update.reason,
                                    expected_version=expected(update.expected_version, if_match),
                                    allow_dropped_levels=update.allow_dropped_levels)
-    return DelayLevelsOut(levels=view.levels, version=view.version)
+    return _delay_levels_out(view)
 
 
 @router.get("/api/config/delay-levels/versions", response_model=DelayLevelVersionsResponse, dependencies=[READ])
@@ -67,7 +73,7 @@ def versions(store: StoreDep, sessions: SessionsDep) -> DelayLevelVersionsRespon
                                                                  for v in config.history(sessions, store)])
 
 
-@router.post("/api/config/delay-levels/rollback", response_model=DelayLevelsOut,
+@router.post("/api/config/delay-levels/rollback", response_model=DelayLevelsOut, response_model_exclude_none=True,
              responses=error_responses(400, 404, 409, 422))
 def rollback(body: DelayLevelsRollback, store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Configurer,
              lock: ConfigLockDep, idempotency_key: IdempotencyKey = None, if_match: IfMatch = None) -> DelayLevelsOut:
@@ -75,7 +81,7 @@ def rollback(body: DelayLevelsRollback, store: StoreDep, sessions: SessionsDep, 
     view = config.rollback(store, sessions, clock, body.version, actor=actor, lock=lock, reason=body.reason,
                            expected_version=expected(body.expected_version, if_match),
                            allow_dropped_levels=body.allow_dropped_levels, idempotency_key=idempotency_key)
-    return DelayLevelsOut(levels=view.levels, version=view.version)
+    return _delay_levels_out(view)
 
 
 @router.get("/api/config/delay-levels/preview", dependencies=[READ], responses=error_responses(400, 422))

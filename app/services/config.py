@@ -28,6 +28,7 @@ SET_DELAY_LEVELS = "set_delay_levels"
 class DelayLevelsView:
     levels: str
     version: int  # 0: the table the store was opened with, never changed through mqlens
+    source: str = ""  # where version 0 came from: the store's file, given, inferred or RocketMQ's default
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def get_delay_levels(store: MessageStore, sessions: sessionmaker[Session]) -> De
         row = latest(s, DELAY_LEVELS)
         if row is not None:
             return DelayLevelsView(row.value, row.version)
-    return DelayLevelsView(store.delay_levels.spec, 0)
+    return DelayLevelsView(store.delay_levels.spec, 0, store.delay_levels_source.text)
 
 
 def levels_in_use(store: MessageStore) -> dict[int, int]:

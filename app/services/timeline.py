@@ -9,8 +9,10 @@ from dataclasses import dataclass
 
 from app.services import lookup
 from app.services.errors import InvalidRequestError, NotFoundError
+from app.services.timeline_client import client_hops, merge_hops
 from app.services.timeline_hops import Hop, hops_from_copies, hops_from_events
 from app.services.timeline_verdicts import ConsumerProgress, Verdict, verdicts
+from store.broker.client_trace import client_trace_of
 from store.broker.metadata import DEFAULT_RETRY_MAX_TIMES
 from store.broker.trace import TraceEvent, TraceKind
 from store.errors import StoreError
@@ -56,8 +58,9 @@ class MessageTimeline:
     copies: list[StoredMessage]  # oldest first
     hops: list[Hop]  # in time order
     verdicts: list[Verdict]  # one per group, by name
-    traced: bool  # hops from recorded events (else reconstructed from the copies)
+    traced: bool  # hops from recorded events or the clients' trace (else reconstructed from the copies)
     progress_recorded: bool  # the store holds consumer offsets or receive state of some group
+    client_trace_contexts: int = 0  # contexts of the RocketMQ clients' own trace merged into the hops
 
     @property
     def first_copy(self) -> StoredMessage | None:
@@ -96,5 +99,8 @@ def message_timeline(store: MessageStore, message_id: str) -> MessageTimeline:
     unique_key = next((m.unique_key for m in copies if m.unique_key), None)
     if unique_key is None and events:
         unique_key = events[0].unique_key
-    return MessageTimeline(message_id, unique_key, entries, copies, hops,
-                           verdicts(hops, progress, traced=bool(events)), bool(events), progress.any_recorded)
+    client_trace = client_trace_of(store, unique_key) if unique_key else []
+    hops = merge_hops(hops, client_hops(client_trace, Hop))
+    traced = bool(events) or bool(client_trace)
+    return MessageTimeline(message_id, unique_key, entries, copies, hops, verdicts(hops, progress, traced=traced),
+                           traced, progress.any_recorded, len(client_trace))

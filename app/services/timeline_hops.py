@@ -24,6 +24,8 @@ HOP_LABELS = {
     "dead_lettered": "dead-lettered",
     "resent": "resent",
     "duplicate": "duplicate send",
+    "sent": "sent (client trace)",
+    "transaction": "transaction end",
 }
 
 # Properties a copy put back on its topic from a dead-letter queue still carries.

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from store.broker.dedupe import DEFAULT_WINDOW_MS
-from store.format.delay_levels import DEFAULT_DELAY_LEVELS
 from store.log.geometry import StoreGeometry
 from store.log.retention import DEFAULT_RESERVED_HOURS
 
@@ -18,7 +17,9 @@ class StoreConfig:
     flush_interval_ms: int = 500
     store_host: str = "127.0.0.1:10911"
     cluster: str = "DefaultCluster"
-    delay_levels: str = DEFAULT_DELAY_LEVELS
+    # None: the store's own table (config/delayLevels.json), else the one its scheduled messages
+    # imply (a store another broker wrote), else RocketMQ's default; a file still wins over a table given
+    delay_levels: str | None = None
     default_queue_count: int = 4
     auto_create_topics: bool = True
     # > 0: a thread delivers delayed and timed messages at their time, re-checking at least this often

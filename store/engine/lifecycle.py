@@ -8,6 +8,15 @@ import threading
 from pathlib import Path
 from typing import Self
 
+from store.broker.delay_inference import (
+    DEFAULT_TABLE_TEXT,
+    FILE_TABLE_TEXT,
+    GIVEN_TABLE_TEXT,
+    DelayTableSource,
+    infer_delay_table,
+    schedule_queues_of,
+    store_time_reader,
+)
 from store.broker.metadata import Metadata
 from store.broker.offsets import ConsumerOffsets
 from store.broker.pop import PopService
@@ -20,7 +29,8 @@ from store.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
-from store.format import ids
+from store.format import codec, ids
+from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
 from store.log.checkpoint import Checkpoint
 from store.log.commitlog import CommitLog
 from store.log.delay_levels_file import read_delay_levels
@@ -58,10 +68,30 @@ class StoreLifecycle:
             cq.drop_before_phys(self.commitlog.min_offset)
         self._index = IndexService(self.paths.index, self.geometry.index_slots, self.geometry.index_entries,
                                    self.clock, writable=False)
-        self.delay_levels = read_delay_levels(self.paths.config, self.config.delay_levels)
+        self._choose_delay_levels()
         self.dispatcher = Dispatcher(self.commitlog, self._queues, self._index, self.delay_levels)
         self.dispatcher.dispatched_to = self.commitlog.end
         self._open_config(writable=False)
+
+    def _choose_delay_levels(self) -> None:
+        """The delay level table: the store's own (config/delayLevels.json), else the one given,
+        else the one the queued scheduled messages imply (a store another broker wrote, whose
+        table is in its broker.conf), else RocketMQ's default."""
+        saved = read_delay_levels(self.paths.config)
+        if saved is not None:
+            self.delay_levels, self.delay_levels_source = saved, DelayTableSource("file", FILE_TABLE_TEXT)
+            return
+        if self.config.delay_levels is not None:
+            self.delay_levels = DelayLevels(self.config.delay_levels)
+            self.delay_levels_source = DelayTableSource("given", GIVEN_TABLE_TEXT)
+            return
+        inferred = infer_delay_table(schedule_queues_of(self._queues),
+                                     store_time_reader(self.commitlog, codec.decode_for_dispatch))
+        if inferred is not None:
+            self.delay_levels, self.delay_levels_source = DelayLevels(inferred.spec), inferred.source
+        else:
+            self.delay_levels = DelayLevels(DEFAULT_DELAY_LEVELS)
+            self.delay_levels_source = DelayTableSource("default", DEFAULT_TABLE_TEXT)
 
     def _open_config(self, *, writable: bool) -> None:
         """Topic and group metadata and consumer offsets, from config/ (absent in a bare store)."""
@@ -98,7 +128,7 @@ class StoreLifecycle:
         index_rebuild_from = self._index.truncate_after_phys(end)
         if self.abnormal_shutdown:
             self._index.repair_after_crash()
-        self.delay_levels = read_delay_levels(self.paths.config, self.config.delay_levels)
+        self._choose_delay_levels()
         self.dispatcher = Dispatcher(self.commitlog, self._queues, self._index, self.delay_levels)
         self.dispatcher.dispatched_to = self._replay_start(index_rebuild_from)
         self.dispatcher.dispatch_pending()

@@ -12,15 +12,15 @@ from store.log.config_file import ConfigFileError, read_config, write_config
 DELAY_LEVELS_FILE = "delayLevels.json"
 
 
-def read_delay_levels(config_dir: Path, default_spec: str) -> DelayLevels:
-    """The tables saved in config/delayLevels.json, else `default_spec` alone."""
+def read_delay_levels(config_dir: Path) -> DelayLevels | None:
+    """The tables saved in config/delayLevels.json, None when there is no such file."""
     path = Path(config_dir) / DELAY_LEVELS_FILE
     try:
         content = read_config(path)
     except ConfigFileError as exc:
         raise InvalidConfigError(str(exc)) from None
     if content is None:
-        return DelayLevels(default_spec)
+        return None
     try:
         tables = [DelayTable(int(t["fromPhysOffset"]), t["delayLevels"], tuple(parse_delay_levels(t["delayLevels"])))
                   for t in content["tables"]]

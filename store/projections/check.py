@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from store.errors import CorruptRecordError
-from store.format import codec
+from store.format import codec, topics
 from store.format.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
 from store.format.javahash import index_key_hash
 from store.format.layouts import BLANK, MAGIC_BLANK
@@ -91,8 +91,15 @@ def _check_queues(store, records, report: CheckReport) -> None:
             if unit.size != msg.size:
                 report.problem(f"queue {cq.topic}:{cq.queue_id} offset {unit.queue_offset} size {unit.size} "
                                f"!= record size {msg.size}")
-            if unit.tags_code != tags_code_of(msg, store.delay_levels):
-                report.problem(f"queue {cq.topic}:{cq.queue_id} offset {unit.queue_offset} has a wrong tagsCode")
+            expected_code = tags_code_of(msg, store.delay_levels)
+            if unit.tags_code != expected_code and cq.topic == topics.SCHEDULE_TOPIC:
+                report.problem(f"queue {cq.topic}:{cq.queue_id} offset {unit.queue_offset} is due "
+                               f"{unit.tags_code - msg.store_timestamp} ms after it was stored, the delay level "
+                               f"table in use says {expected_code - msg.store_timestamp} ms (is that the "
+                               f"broker's table? give it with --delay-levels)")
+            elif unit.tags_code != expected_code:
+                report.problem(f"queue {cq.topic}:{cq.queue_id} offset {unit.queue_offset} has tagsCode "
+                               f"{unit.tags_code}, its record gives {expected_code}")
             wanted.pop(unit.queue_offset, None)
         for offset in sorted(wanted)[:3]:
             report.problem(f"record at {wanted[offset].phys_offset} has no unit in {cq.topic}:{cq.queue_id} "

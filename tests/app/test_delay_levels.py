@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from app.models import AuditEntry, ConfigVersion
 from app.services.config import DELAY_LEVELS, SET_DELAY_LEVELS
+from store.broker.delay_inference import DEFAULT_TABLE_TEXT
 from store.format import topics
 from store.format.delay_levels import DEFAULT_DELAY_LEVELS
 from tests.app.conftest import assert_error, audit_rows, make_settings, put_messages, running
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.anyio
 
 URL = "/api/config/delay-levels"
 NEW = "2s 4s 8s"
+DEFAULT_SOURCE = DEFAULT_TABLE_TEXT
 
 
 def rows(sessions):
@@ -45,7 +47,8 @@ def applied(api, monkeypatch):
 async def test_default_table_is_version_0(api):
     r = await api.client.get(URL)
     assert r.status_code == 200
-    assert r.json() == {"ok": True, "levels": DEFAULT_DELAY_LEVELS, "version": 0}
+    assert r.json() == {"ok": True, "levels": DEFAULT_DELAY_LEVELS, "version": 0,
+                                            "source": DEFAULT_SOURCE}
 
 
 async def test_put_records_a_version_and_an_audit_entry_then_applies(api, applied, clock):
@@ -67,7 +70,7 @@ async def test_put_records_a_version_and_an_audit_entry_then_applies(api, applie
 
 async def test_setting_the_table_in_use_changes_nothing(api, applied):
     r = await api.client.put(URL, json={"levels": DEFAULT_DELAY_LEVELS})
-    assert r.json() == {"ok": True, "levels": DEFAULT_DELAY_LEVELS, "version": 0}
+    assert r.json() == {"ok": True, "levels": DEFAULT_DELAY_LEVELS, "version": 0, "source": DEFAULT_SOURCE}
     assert applied == [] and rows(api.sessions) == ([], [])
 
 

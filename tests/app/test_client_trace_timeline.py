@@ -1,0 +1,92 @@
+"""Timelines of a store a real RocketMQ broker wrote, with the clients' own message trace merged
+in: every delivery each client saw is an attempt of the message's timeline, with its group and
+outcome, told once."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from app.services.timeline import message_timeline
+from store.message_store import MessageStore, StoreConfig
+from tests.conftest import BROKER_GEOMETRY, GOLDEN_GEOMETRY
+
+SUCCESS = {"CONSUME_SUCCESS", "SUCCESS"}
+
+
+@pytest.fixture
+def broker_store(golden_broker_dir):
+    with MessageStore.open(golden_broker_dir, StoreConfig(geometry=BROKER_GEOMETRY), read_only=True) as store:
+        yield store
+
+
+def _deliveries(manifest) -> dict[str, Counter]:
+    """msgId -> Counter of (group, attempt, consumed?) over the manifest's consumption log."""
+    found: dict[str, Counter] = {}
+    for group, log in manifest["consumption"].items():
+        for d in log:
+            found.setdefault(d["msgId"], Counter())[group, d["reconsumeTimes"] + 1, d["outcome"] in SUCCESS] += 1
+    return found
+
+
+def test_every_delivery_a_client_saw_is_an_attempt_of_the_timeline(broker_store, golden_broker_manifest):
+    for msg_id, wanted in _deliveries(golden_broker_manifest).items():
+        timeline = message_timeline(broker_store, msg_id)
+        assert timeline.traced and timeline.client_trace_contexts > 0
+        delivered = Counter((h.group, h.attempt) for h in timeline.hops if h.kind == "delivered" and not h.derived)
+        outcomes = Counter((h.group, h.attempt, h.kind == "consumed") for h in timeline.hops
+                           if h.kind in ("consumed", "failed") and not h.derived)
+        assert outcomes == wanted, msg_id
+        assert delivered == Counter({(g, a): n for (g, a, _), n in wanted.items()}), msg_id
+
+
+def _group_story(timeline, group: str) -> list[tuple[str, int | None]]:
+    return [(h.kind, h.attempt) for h in timeline.hops if h.group == group]
+
+
+def test_a_dead_letter_shows_each_failed_attempt_once_and_every_group(broker_store, golden_broker_manifest):
+    [fail_3] = [d for d in golden_broker_manifest["deadLetters"] if d["key"] == "fail-3"]
+    timeline = message_timeline(broker_store, fail_3["queryMsgByKey"]["rows"][0]["msgId"])
+    assert _group_story(timeline, "cg-fail") == [
+        ("delivered", 1), ("failed", 1), ("retry_scheduled", 2), ("redelivered", 2), ("delivered", 2), ("failed", 2),
+        ("retry_scheduled", 3), ("redelivered", 3), ("delivered", 3), ("failed", 3), ("dead_lettered", 3)]
+    failures = [h for h in timeline.hops if h.kind == "failed"]
+    assert all(not h.derived and "RECONSUME_LATER" not in h.detail and "FAILED" in h.detail for h in failures)
+    states = {v.group: v.state for v in timeline.verdicts}
+    assert states == {"cg-fail": "dead_lettered", "cg-ok": "consumed", "cg-flaky": "consumed",
+                      "cg-bcast": "consumed"}
+    [sent] = [h for h in timeline.hops if h.kind == "sent"]
+    assert "producer group pg-orders" in sent.detail and sent.offset_msg_id == timeline.first_copy.offset_msg_id
+
+
+def test_an_orderly_message_retried_in_place_has_no_copy_but_both_attempts(broker_store, golden_broker_manifest):
+    [paid] = [s for s in golden_broker_manifest["sends"] if s.get("keys") == "fifo-1002-paid"]
+    timeline = message_timeline(broker_store, paid["result"]["msgId"])
+    assert [m.topic for m in timeline.copies] == ["OrdersFifo"]
+    assert _group_story(timeline, "cg-orderly") == [("delivered", 1), ("failed", 1), ("delivered", 2),
+                                                      ("consumed", 2)]
+    [failed] = [h for h in timeline.hops if h.group == "cg-orderly" and h.kind == "failed"]
+    assert "FAILED" in failed.detail
+    assert {v.group: v.state for v in timeline.verdicts}["cg-orderly"] == "consumed"
+
+
+@pytest.mark.parametrize("keys, end", [("pay-commit", "committed"), ("pay-rollback", "rolled back"),
+                                        ("pay-unknown", "committed")])
+def test_a_transaction_ends_in_its_timeline(broker_store, golden_broker_manifest, keys, end):
+    [send] = [t["send"] for t in golden_broker_manifest["transactions"]
+              if t["event"] == "send" and t["send"]["keys"] == keys]
+    timeline = message_timeline(broker_store, send["result"]["msgId"])
+    transactions = [h.detail for h in timeline.hops if h.kind == "transaction"]
+    assert transactions and f"transaction {end} by pg-payments" in transactions[-1], transactions
+    if keys == "pay-unknown":
+        assert "left unknown" in transactions[0] and "answering the broker's check" in transactions[-1]
+
+
+def test_a_store_without_client_trace_keeps_its_reconstructed_timeline(golden_store_dir, golden_manifest):
+    with MessageStore.open(golden_store_dir, StoreConfig(geometry=GOLDEN_GEOMETRY), read_only=True) as store:
+        key = next(part.split("\x01")[1] for r in golden_manifest["commitlogRecords"] if r["kind"] == "MESSAGE"
+                   for part in r["propertiesString"].split("\x02") if part.startswith("UNIQ_KEY\x01"))
+        timeline = message_timeline(store, key)
+    assert timeline.client_trace_contexts == 0 and not timeline.traced
+    assert timeline.hops and all(h.derived for h in timeline.hops)
