@@ -226,9 +226,13 @@ def store_check(
         report = s.check()
         recovery = s.recovery
         table, source = s.delay_levels.spec, s.delay_levels_source.text
+        projected = s.projected_in_memory
     print(f"records: {report.records}, end-of-file fillers: {report.blanks}, queue units: {report.queue_units}, "
           f"index entries: {report.index_entries}")
     print(f"delay levels: {table} ({source})")
+    if projected is not None:
+        print(f"note: the consume queues and index lag the commit log: {projected.records} records from offset "
+              f"{projected.start} were projected in memory to check them (nothing was written)")
     if recovery is not None and recovery.truncated_bytes:
         report.problem(f"{recovery.truncated_bytes} bytes after the last good record at {recovery.end} "
                        f"({recovery.reason or 'unreadable data'}); opening the store read-write truncates them")

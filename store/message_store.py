@@ -27,7 +27,7 @@ from store.clock import Clock
 from store.engine.background import BackgroundWork
 from store.engine.config import StoreConfig
 from store.engine.consuming import Consuming
-from store.engine.lifecycle import StoreLifecycle
+from store.engine.lifecycle import ProjectedInMemory, StoreLifecycle
 from store.engine.lookups import Lookups
 from store.engine.results import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MAX_QUERY_RESULTS, PutResult, QueryResult
 from store.errors import (
@@ -66,6 +66,7 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
         self.delay_levels = DelayLevels(config.delay_levels or DEFAULT_DELAY_LEVELS)
         self.delay_levels_source = DelayTableSource("default", DEFAULT_TABLE_TEXT)
         self.recovery: RecoveryResult | None = None
+        self.projected_in_memory: ProjectedInMemory | None = None  # read-only: the tail the queues lacked
         self.abnormal_shutdown = False
         self._lock = threading.RLock()  # the store lock: changes, and reads that need them settled
         # The projections (consume queues, index): taken after _lock, never before. The dispatcher

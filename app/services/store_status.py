@@ -26,6 +26,8 @@ class StoreStatus:
     messages_put: int  # since the store was opened
     messages_delivered: int
     messages_acked: int
+    delay_levels_source: str  # where the delay level table in use came from
+    opening_notes: list[str]  # what a read-only store did to serve a copy taken off a running or crashed broker
 
 
 def disk_bytes(root: Path) -> int:
@@ -63,4 +65,24 @@ def store_status(store: MessageStore) -> StoreStatus:
         messages_put=counts.put,
         messages_delivered=counts.delivered,
         messages_acked=counts.acked,
+        delay_levels_source=store.delay_levels_source.text,
+        opening_notes=opening_notes(store),
     )
+
+
+def opening_notes(store: MessageStore) -> list[str]:
+    """Read-only: the records projected in memory because the store's consume queues and index
+    lagged its commit log, and a torn tail left out."""
+    notes = []
+    projected = store.projected_in_memory
+    if projected is not None:
+        notes.append(f"The consume queues and index of this copy lag its commit log: {projected.records} records "
+                     f"(commit log offsets {projected.start:,} to {projected.end:,}) were projected in memory to "
+                     f"serve them ({projected.queue_units} queue units, {projected.index_keys} index keys); "
+                     "nothing was written to the store.")
+    recovery = store.recovery
+    if recovery is not None and recovery.truncated_bytes:
+        notes.append(f"The commit log ends in a torn or unreadable record at offset {recovery.end:,} "
+                     f"({recovery.reason or 'unreadable data'}): the {recovery.truncated_bytes:,} bytes after "
+                     "the last complete record are not served.")
+    return notes

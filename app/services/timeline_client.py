@@ -34,7 +34,7 @@ def client_hops(contexts: list[ClientTraceContext], hop_type) -> list:
             outcome = "sent" if c.success else "the send failed"
             hops.append(hop_type("sent", time_ms, f"{outcome}: producer group {c.group}{_client(c)}, "
                                  f"{c.cost_time} ms to the broker's answer", False, topic=c.topic,
-                                 offset_msg_id=c.offset_msg_id))
+                                 offset_msg_id=c.offset_msg_id if len(c.msg_ids) == 1 else None))
         elif c.type == TraceType.SUB_BEFORE:
             attempt = _attempt(c)
             hops.append(hop_type("delivered", time_ms, f"attempt {attempt} handed to {c.group}{_client(c)}",

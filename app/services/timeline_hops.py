@@ -159,7 +159,8 @@ def _dead_letter_hops(msg: StoredMessage, max_reconsume_times: Callable[[str], i
             why = f"after {reconsumed} reconsumes, the group's maximum of {limit}"
         else:
             why = (f"after {reconsumed} reconsumes, below the group's maximum of {limit}: "
-                   "the consumer asked for no more retries")
+                   "the consumer asked for no more retries, or set a lower maximum of its own (a RocketMQ "
+                   "client sends its maxReconsumeTimes with each message it hands back)")
     where = _where(msg)
     return [
         Hop("failed", msg.store_timestamp, f"attempt {attempts} failed (the copy does not keep why)", True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
@@ -42,6 +43,18 @@ from store.projections.dispatch import Dispatcher
 from store.projections.index import IndexService
 
 
+@dataclass(frozen=True)
+class ProjectedInMemory:
+    """Records a read-only store projected itself at open: its consume queues and index ended
+    before them (a copy taken while the broker ran, or after it crashed)."""
+
+    start: int  # commit log offsets
+    end: int
+    records: int
+    queue_units: int
+    index_keys: int
+
+
 class StoreLifecycle:
     @classmethod
     def open(cls, root: str | os.PathLike, config: StoreConfig | None = None, *, read_only: bool = False,
@@ -63,14 +76,21 @@ class StoreLifecycle:
         self.abnormal_shutdown = self.paths.abort.exists()
         self.commitlog = CommitLog(self.paths.commitlog, self.geometry.commitlog_file_size, writable=False)
         self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
-        self._queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=False)
+        # A copy of a running or crashed broker's store: its queues and index may lag the log.
+        # The tail is projected into private memory (never written), like the replay after a crash.
+        self._queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=False, private=True)
         for cq in self._queues:
             cq.drop_before_phys(self.commitlog.min_offset)
         self._index = IndexService(self.paths.index, self.geometry.index_slots, self.geometry.index_entries,
-                                   self.clock, writable=False)
+                                   self.clock, writable=False, private=True)
         self._choose_delay_levels()
         self.dispatcher = Dispatcher(self.commitlog, self._queues, self._index, self.delay_levels)
-        self.dispatcher.dispatched_to = self.commitlog.end
+        start = self.dispatcher.dispatched_to = self._replay_start(None)
+        before = self._projected_sizes()
+        records = self.dispatcher.dispatch_pending()
+        units, keys = (after - earlier for after, earlier in zip(self._projected_sizes(), before, strict=True))
+        if units or keys:
+            self.projected_in_memory = ProjectedInMemory(start, self.commitlog.end, records, units, keys)
         self._open_config(writable=False)
 
     def _choose_delay_levels(self) -> None:
@@ -157,6 +177,9 @@ class StoreLifecycle:
             self._scheduler_thread = threading.Thread(target=self._schedule_loop, name="mqlens-schedule",
                                                       daemon=True)
             self._scheduler_thread.start()
+
+    def _projected_sizes(self) -> tuple[int, int]:
+        return (sum(cq.max_offset for cq in self._queues), sum(f.used_entries for f in self._index.files))
 
     def _replay_start(self, index_rebuild_from: int | None) -> int:
         """Where dispatch must resume: the earliest point some projection may be missing."""

@@ -75,12 +75,25 @@ def _create_allocated(path: Path, size: int) -> None:
 
 
 class MappedFile:
-    """One fixed-size file: commit log segment, consume queue file or index file."""
+    """One fixed-size file: commit log segment, consume queue file or index file.
 
-    def __init__(self, path: Path, size: int, *, writable: bool, create: bool = False):
+    A private file (read-only stores only) may be written, but only in this process's memory:
+    an existing file is mapped copy-on-write, and one created is memory that never reaches the
+    disk. A read-only store projects the records its consume queues and index lag behind that way."""
+
+    def __init__(self, path: Path, size: int, *, writable: bool, create: bool = False, private: bool = False):
+        if private and writable:
+            raise ValueError("a private mapping is of a file opened read-only")
         self.path = Path(path)
         self.size = size
         self.writable = writable
+        self.private = private
+        self._fd: int | None = None
+        self._dirty_from = size
+        self._dirty_to = 0
+        if private and create:
+            self.buf = mmap.mmap(-1, size) if size else b""
+            return
         if create:
             _create_allocated(self.path, size)
         actual = self.path.stat().st_size
@@ -92,18 +105,15 @@ class MappedFile:
         flags = os.O_RDWR if writable else os.O_RDONLY
         fd = os.open(self.path, flags)
         try:
-            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_COPY if private else mmap.ACCESS_READ
             self.buf = mmap.mmap(fd, size, access=access) if size else b""
         except BaseException:
             os.close(fd)
             raise
         if writable:
-            self._fd: int | None = fd
+            self._fd = fd
         else:
             os.close(fd)
-            self._fd = None
-        self._dirty_from = size
-        self._dirty_to = 0
 
     def write(self, pos: int, data: bytes) -> None:
         end = pos + len(data)

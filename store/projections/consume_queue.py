@@ -28,13 +28,15 @@ class QueueUnit:
 
 
 class ConsumeQueue:
-    def __init__(self, topic: str, queue_id: int, directory: Path, file_size: int, *, writable: bool):
+    def __init__(self, topic: str, queue_id: int, directory: Path, file_size: int, *, writable: bool,
+                 private: bool = False):
         self.topic = topic
         self.queue_id = queue_id
         self.directory = Path(directory)
         self.file_size = file_size
         self.units_per_file = file_size // UNIT
         self.writable = writable
+        self.private = private  # read-only, units added in memory only (store.log.mapped_file)
         self._files: list[MappedFile] = []
         self._first_unit = 0  # queue offset of the first unit of the first file
         self.max_offset = 0
@@ -49,7 +51,8 @@ class ConsumeQueue:
             if not is_offset_name(name):
                 raise StoreError(f"unexpected file {name!r} in consume queue {self.directory}")
         for name in names:
-            self._files.append(MappedFile(self.directory / name, self.file_size, writable=self.writable))
+            self._files.append(MappedFile(self.directory / name, self.file_size, writable=self.writable,
+                                          private=self.private))
         if not self._files:
             return
         self._first_unit = int(names[0]) // UNIT
@@ -82,12 +85,13 @@ class ConsumeQueue:
             return None
         index, within = divmod(queue_offset - self._first_unit, self.units_per_file)
         while create and index >= len(self._files):
-            if not self.writable:
+            if not self.writable and not self.private:
                 raise ReadOnlyStoreError("the store is open read-only")
-            self.directory.mkdir(parents=True, exist_ok=True)
+            if self.writable:
+                self.directory.mkdir(parents=True, exist_ok=True)
             base = (self._first_unit + len(self._files) * self.units_per_file) * UNIT
             self._files.append(MappedFile(self.directory / offset_to_name(base), self.file_size,
-                                          writable=True, create=True))
+                                          writable=self.writable, create=True, private=self.private))
         if index >= len(self._files):
             return None
         return self._files[index], within * UNIT
@@ -226,10 +230,11 @@ class ConsumeQueue:
 class ConsumeQueues:
     """All consume queues of a store, loaded from disk and created on demand."""
 
-    def __init__(self, paths: StorePaths, file_size: int, *, writable: bool):
+    def __init__(self, paths: StorePaths, file_size: int, *, writable: bool, private: bool = False):
         self._paths = paths
         self._file_size = file_size
         self._writable = writable
+        self._private = private
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         root = paths.consumequeue
         if root.is_dir():
@@ -243,7 +248,7 @@ class ConsumeQueues:
 
     def _open(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = ConsumeQueue(topic, queue_id, self._paths.queue_dir(topic, queue_id), self._file_size,
-                          writable=self._writable)
+                          writable=self._writable, private=self._private)
         self._queues[(topic, queue_id)] = cq
         return cq
 

@@ -25,11 +25,11 @@ def index_key(topic: str, key: str) -> str:
 
 class IndexFile:
     def __init__(self, path: Path, slots: int, entries: int, *, writable: bool, create: bool = False,
-                 prev_end_timestamp: int = 0, prev_end_phys: int = 0):
+                 prev_end_timestamp: int = 0, prev_end_phys: int = 0, private: bool = False):
         self.slots = slots
         self.entries = entries
         size = INDEX_HEADER.size + slots * INDEX_SLOT.size + entries * INDEX_ENTRY.size
-        self.file = MappedFile(path, size, writable=writable, create=create)
+        self.file = MappedFile(path, size, writable=writable, create=create, private=private)
         self._entries_at = INDEX_HEADER.size + slots * INDEX_SLOT.size
         self._layout = (INDEX_HEADER.size, INDEX_SLOT.size, self._entries_at, INDEX_ENTRY.size,
                         *(field_offset(INDEX_ENTRY_FIELDS, name)
@@ -130,37 +130,40 @@ class IndexFile:
 class IndexService:
     """The index directory: files oldest to newest, the newest one taking new keys."""
 
-    def __init__(self, directory: Path, slots: int, entries: int, clock, *, writable: bool):
+    def __init__(self, directory: Path, slots: int, entries: int, clock, *, writable: bool, private: bool = False):
         self.directory = Path(directory)
         self.slots = slots
         self.entries = entries
         self.clock = clock
         self.writable = writable
+        self.private = private  # read-only, keys added in memory only (store.log.mapped_file)
         self.files: list[IndexFile] = []
         if self.directory.is_dir():
             for name in sorted(os.listdir(self.directory)):
                 if is_index_name(name):  # RocketMQ skips non-numeric names
-                    self.files.append(IndexFile(self.directory / name, slots, entries, writable=writable))
+                    self.files.append(IndexFile(self.directory / name, slots, entries, writable=writable,
+                                                private=private))
 
     @property
     def end_phys(self) -> int:
         return self.files[-1].end_phys if self.files else 0
 
     def _writable_file(self) -> IndexFile:
-        if not self.writable:
+        if not self.writable and not self.private:
             raise ReadOnlyStoreError("the store is open read-only")
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_full:
             return last
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.writable:
+            self.directory.mkdir(parents=True, exist_ok=True)
         now = self.clock.now_ms()
         name = index_name_for(now)
         while (self.directory / name).exists() or (last is not None and name <= last.path.name):
             now += 1
             name = index_name_for(now)
-        new = IndexFile(self.directory / name, self.slots, self.entries, writable=True, create=True,
+        new = IndexFile(self.directory / name, self.slots, self.entries, writable=self.writable, create=True,
                         prev_end_timestamp=last.end_timestamp if last else 0,
-                        prev_end_phys=last.end_phys if last else 0)
+                        prev_end_phys=last.end_phys if last else 0, private=self.private)
         self.files.append(new)
         return new
 
