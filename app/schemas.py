@@ -113,6 +113,9 @@ class GroupOut(BaseModel):
     retry_queues: int
     consume_enable: bool
     configured: bool = Field(description="False: nobody set this group up; these are the defaults.")
+    message_model_recorded: bool = Field(True, description="False: the settings come from a RocketMQ broker's "
+                                         "subscriptionGroup.json, which does not keep the message model (the "
+                                         "clients do); message_model is then RocketMQ's default, not a fact.")
     version: str = Field(description="Names these settings: send it back (expected_version or If-Match) to change "
                          "them only if nobody else has meanwhile.")
 
@@ -319,6 +322,13 @@ class VerdictOut(BaseModel):
     attempts: int | None = Field(None, description="Delivery attempts known so far.")
 
 
+class TransactionOut(BaseModel):
+    state: Literal["committed", "rolled_back", "waiting"] = Field(
+        description="waiting: neither committed nor rolled back yet (the broker asks the producer again).")
+    detail: str
+    half_offset_msg_id: str = Field(description="The newest half message in RMQ_SYS_TRANS_HALF_TOPIC.")
+
+
 class TimelineResponse(BaseModel):
     ok: Literal[True] = True
     id: str
@@ -327,6 +337,7 @@ class TimelineResponse(BaseModel):
                          "message trace in RMQ_SYS_TRACE_TOPIC); false: reconstructed from the copies.")
     hops: list[HopOut] = Field(description="Every hop in time order.")
     verdicts: list[VerdictOut] = Field(description="Where the message stands for each consumer group.")
+    transaction: TransactionOut | None = Field(None, description="A message sent in a transaction: where it stands.")
 
 
 class TopicDestination(Strict):

@@ -17,7 +17,7 @@ from app.deps import ClockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
 from app.presenters import message_dict, message_summary
 from app.security import READ, BodyPolicy, Reader
-from app.services import dead_letters, lookup, reveal
+from app.services import dead_letters, lookup, reveal, transactions
 from app.services import resend as resend_service
 from app.services.audit import MAX_REASON
 from app.services.errors import ForbiddenError, InvalidRequestError
@@ -101,6 +101,15 @@ def dead_letter_data(store: MessageStore, sessions: sessionmaker[Session], msg: 
             "editable_properties": editable, "body_text": body_text}
 
 
+def transaction_data(store: MessageStore, msg: StoredMessage) -> dict | None:
+    """For a message sent in a transaction: committed, rolled back or waiting for the producer's check."""
+    if topics.TRAN_MSG not in msg.properties and msg.topic != transactions.HALF_TOPIC:
+        return None
+    copies = lookup.all_copies(store, [msg.unique_key] if msg.unique_key else [], msg)
+    standing = transactions.transaction_standing(store, copies)
+    return vars(standing) if standing else None
+
+
 def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[StoredMessage], bool],
                  sessions: sessionmaker[Session]) -> dict:
     msg = lookup.by_offset_id(store, offset_msg_id)
@@ -113,6 +122,7 @@ def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[Stored
         "body": {"masked": True, "size": len(msg.body)} if masked else {"masked": False, **body_views(msg.body)},
         "reveal_url": f"/messages/{msg.offset_msg_id}/reveal",
         "dead_letter": dead_letter_data(store, sessions, msg),
+        "transaction": transaction_data(store, msg),
         "copies": other_copies(store, msg),
         "permalink": f"/messages/{msg.offset_msg_id}",
         "timeline_url": f"/messages/{msg.unique_key or msg.offset_msg_id}/timeline",

@@ -61,6 +61,7 @@ def timeline_data(store: MessageStore, message_id: str) -> dict:
         "message": _identity(found),
         "traced": found.traced,
         "client_trace_contexts": found.client_trace_contexts,
+        "transaction": vars(found.transaction) if found.transaction else None,
         "progress_recorded": found.progress_recorded,
         "verdicts": [verdict.to_json() for verdict in found.verdicts],
         "hops": [hop.to_json() for hop in found.hops],

@@ -35,4 +35,5 @@ def timeline(message_id: str, store: StoreDep) -> dict:
     return {"ok": True, "id": message_id,
             "events": [{**entry.event.to_json(), "derived": entry.derived} for entry in found.entries],
             "traced": found.traced, "hops": [hop.to_json() for hop in found.hops],
-            "verdicts": [verdict.to_json() for verdict in found.verdicts]}
+            "verdicts": [verdict.to_json() for verdict in found.verdicts],
+            "transaction": vars(found.transaction) if found.transaction else None}

@@ -28,6 +28,7 @@ class GroupView:
     retry_queues: int
     consume_enable: bool
     configured: bool
+    message_model_recorded: bool = True  # False: a RocketMQ broker's file, which does not keep it
 
     @property
     def version(self) -> str:
@@ -38,7 +39,7 @@ class GroupView:
 
 def _view(config: GroupConfig, configured: bool) -> GroupView:
     return GroupView(config.name, config.max_reconsume_times, config.consume_mode, config.message_model,
-                     config.retry_queues, config.consume_enable, configured)
+                     config.retry_queues, config.consume_enable, configured, config.model_recorded)
 
 
 def list_groups(store: MessageStore) -> list[GroupView]:

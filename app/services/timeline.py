@@ -12,6 +12,7 @@ from app.services.errors import InvalidRequestError, NotFoundError
 from app.services.timeline_client import client_hops, merge_hops
 from app.services.timeline_hops import Hop, hops_from_copies, hops_from_events
 from app.services.timeline_verdicts import ConsumerProgress, Verdict, verdicts
+from app.services.transactions import TransactionStanding, transaction_standing
 from store.broker.client_trace import client_trace_of
 from store.broker.metadata import DEFAULT_RETRY_MAX_TIMES
 from store.broker.trace import TraceEvent, TraceKind
@@ -61,6 +62,7 @@ class MessageTimeline:
     traced: bool  # hops from recorded events or the clients' trace (else reconstructed from the copies)
     progress_recorded: bool  # the store holds consumer offsets or receive state of some group
     client_trace_contexts: int = 0  # contexts of the RocketMQ clients' own trace merged into the hops
+    transaction: TransactionStanding | None = None  # a message sent in a transaction: committed, rolled back...
 
     @property
     def first_copy(self) -> StoredMessage | None:
@@ -103,4 +105,4 @@ def message_timeline(store: MessageStore, message_id: str) -> MessageTimeline:
     hops = merge_hops(hops, client_hops(client_trace, Hop))
     traced = bool(events) or bool(client_trace)
     return MessageTimeline(message_id, unique_key, entries, copies, hops, verdicts(hops, progress, traced=traced),
-                           traced, progress.any_recorded, len(client_trace))
+                           traced, progress.any_recorded, len(client_trace), transaction_standing(store, copies))

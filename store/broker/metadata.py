@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -64,6 +64,8 @@ class GroupConfig:
     message_model: Literal["clustering", "broadcast"] = "clustering"
     retry_queues: int = 1
     consume_enable: bool = True
+    # False: read from a file a RocketMQ broker wrote, which has no message model (its clients keep it)
+    model_recorded: bool = field(default=True, compare=False)
 
     def to_json(self) -> dict:
         # RocketMQ's SubscriptionGroupConfig fields, plus mqlens's own (RocketMQ ignores unknown ones).
@@ -78,7 +80,8 @@ class GroupConfig:
         return checked_group(cls(
             name=data["groupName"], max_reconsume_times=int(data.get("retryMaxTimes", DEFAULT_RETRY_MAX_TIMES)),
             consume_mode=data.get("consumeMode", "concurrent"), message_model=data.get("messageModel", "clustering"),
-            retry_queues=int(data.get("retryQueueNums", 1)), consume_enable=bool(data.get("consumeEnable", True))))
+            retry_queues=int(data.get("retryQueueNums", 1)), consume_enable=bool(data.get("consumeEnable", True)),
+            model_recorded="messageModel" in data))
 
 
 def checked_topic(config: TopicConfig) -> TopicConfig:

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from app.pages.message import transaction_data
 from app.services.timeline import message_timeline
 from store.message_store import MessageStore, StoreConfig
 from tests.conftest import BROKER_GEOMETRY, GOLDEN_GEOMETRY
@@ -90,3 +91,38 @@ def test_a_store_without_client_trace_keeps_its_reconstructed_timeline(golden_st
         timeline = message_timeline(store, key)
     assert timeline.client_trace_contexts == 0 and not timeline.traced
     assert timeline.hops and all(h.derived for h in timeline.hops)
+
+
+@pytest.mark.parametrize("keys, state, words", [
+    ("pay-commit", "committed", "committed: delivered to Payments"),
+    ("pay-rollback", "rolled_back", "rolled back: never delivered"),
+    ("pay-unknown", "committed", "committed after the broker asked the producer 1 time"),
+])
+def test_a_transaction_is_linked_from_its_half_message_to_its_end(broker_store, golden_broker_manifest, keys, state,
+                                                                   words):
+    """From the store alone (half message, op records, the committed copy), not the clients' trace."""
+    [send] = [t["send"] for t in golden_broker_manifest["transactions"]
+              if t["event"] == "send" and t["send"]["keys"] == keys]
+    timeline = message_timeline(broker_store, send["result"]["msgId"])
+    standing = timeline.transaction
+    assert standing is not None and standing.state == state and words in standing.detail
+    half = [m for m in timeline.copies if m.topic == "RMQ_SYS_TRANS_HALF_TOPIC"]
+    assert standing.half_offset_msg_id == max(half, key=lambda m: m.queue_offset).offset_msg_id
+    for copy in timeline.copies:  # the message page of each copy says the same
+        assert transaction_data(broker_store, copy) == vars(standing)
+
+
+def test_a_half_message_with_no_end_waits_for_the_producers_check(broker_store, golden_broker_manifest):
+    """The first half message of pay-unknown, before the broker's check re-put it: no op record names it."""
+    from app.services.transactions import transaction_standing
+
+    [first] = [m for m in message_timeline(broker_store, "7F000001228B4E0E2F2A74C9A6040006").copies
+               if m.topic == "RMQ_SYS_TRANS_HALF_TOPIC" and m.queue_offset == 2]
+    standing = transaction_standing(broker_store, [first])
+    assert standing.state == "waiting" and "waiting for the producer's check" in standing.detail
+    ordinary = [m for m in message_timeline(broker_store, _any_order_key(golden_broker_manifest)).copies]
+    assert transaction_standing(broker_store, ordinary) is None
+
+
+def _any_order_key(manifest) -> str:
+    return next(s["result"]["msgId"] for s in manifest["sends"] if s["topic"] == "Orders" and s.get("keys"))

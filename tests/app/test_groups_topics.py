@@ -10,7 +10,7 @@ from tests.app.conftest import assert_error, make_settings, put_messages, runnin
 pytestmark = pytest.mark.anyio
 
 DEFAULTS = {"max_reconsume_times": DEFAULT_RETRY_MAX_TIMES, "consume_mode": "concurrent",
-            "message_model": "clustering", "retry_queues": 1, "consume_enable": True}
+            "message_model": "clustering", "retry_queues": 1, "consume_enable": True, "message_model_recorded": True}
 
 
 async def test_an_unconfigured_group_has_the_defaults(api):

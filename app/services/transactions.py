@@ -1,0 +1,64 @@
+"""Where a transactional message stands, from what the broker stored: its half message in
+RMQ_SYS_TRANS_HALF_TOPIC (re-put there each time the broker checks with the producer), an op
+record in RMQ_SYS_TRANS_OP_HALF_TOPIC for each half message settled (its body is the half
+message's queue offset; newer brokers may list several, comma separated), and for a commit the
+copy put to the real topic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from store.errors import StoreError
+from store.format.codec import TRANSACTION_COMMIT, StoredMessage
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+MAX_OPS_READ = 100_000  # the newest op records read for one answer
+
+
+@dataclass(frozen=True)
+class TransactionStanding:
+    state: str  # "committed", "rolled_back" or "waiting"
+    detail: str
+    half_offset_msg_id: str
+
+
+def transaction_standing(store, copies: list[StoredMessage]) -> TransactionStanding | None:
+    """None for a message that was not sent in a transaction."""
+    halves = sorted((m for m in copies if m.topic == HALF_TOPIC), key=lambda m: m.queue_offset)
+    if not halves:
+        return None
+    newest = halves[-1]
+    checks = newest.properties.get(CHECK_TIMES)
+    asked = f" after the broker asked the producer {checks} time{'s' if checks != '1' else ''}" if checks else ""
+    committed = [m for m in copies if m.topic != HALF_TOPIC and m.transaction_type == TRANSACTION_COMMIT]
+    if committed:
+        return TransactionStanding("committed", f"committed{asked}: delivered to {committed[0].topic}",
+                                   newest.offset_msg_id)
+    settled, complete = _settled_half_offsets(store)
+    if newest.queue_offset in settled:
+        return TransactionStanding("rolled_back", f"rolled back{asked}: never delivered", newest.offset_msg_id)
+    if not complete:
+        return TransactionStanding("waiting", f"no end found among the newest {MAX_OPS_READ:,} transaction ends: "
+                                   "older ends were not read", newest.offset_msg_id)
+    return TransactionStanding("waiting", f"waiting for the producer's check{asked}: neither committed nor "
+                               "rolled back yet", newest.offset_msg_id)
+
+
+def _settled_half_offsets(store) -> tuple[set[int], bool]:
+    """Half message queue offsets an op record settles, and whether every op record was read."""
+    settled: set[int] = set()
+    complete = True
+    for queue_id, low, high in store.topics().get(OP_TOPIC, []):
+        first = max(low, high - MAX_OPS_READ)
+        complete = complete and first == low
+        for offset in range(first, high):
+            try:
+                body = store.get_by_queue_offset(OP_TOPIC, queue_id, offset).body
+            except StoreError:
+                continue
+            for part in body.decode("ascii", errors="replace").split(","):
+                if part.strip().isdigit():
+                    settled.add(int(part))
+    return settled, complete
