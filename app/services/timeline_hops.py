@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 from store.broker.trace import TraceEvent, TraceKind
 from store.format import topics
-from store.format.codec import StoredMessage
+from store.format.codec import TRANSACTION_COMMIT, StoredMessage
 from store.format.delivery_time import timer_deliver_ms
 
 HOP_LABELS = {
@@ -172,6 +172,13 @@ def _dead_letter_hops(msg: StoredMessage, max_reconsume_times: Callable[[str], i
 
 def _topic_copy_hop(msg: StoredMessage) -> Hop:
     where = _where(msg)
+    if msg.topic == topics.TRANS_HALF_TOPIC:
+        checks = msg.properties.get(topics.TRANSACTION_CHECK_TIMES)
+        again = f", put back by the broker's check {checks}" if checks else ""
+        return Hop("transaction", msg.store_timestamp, f"half message{again}: held in {msg.topic} until the "
+                   "producer commits or rolls back", True, **where)
+    if msg.transaction_type == TRANSACTION_COMMIT:
+        return Hop("produced", msg.store_timestamp, f"committed: put to {msg.topic}", True, **where)
     if any(name in msg.properties for name in RESEND_MARKERS):
         return Hop("resent", msg.store_timestamp, f"put back on {msg.topic} from a dead-letter queue", True, **where)
     if topics.REAL_TOPIC in msg.properties:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from store.errors import StoreError
+from store.format import topics
 from store.format.codec import TRANSACTION_COMMIT, StoredMessage
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+HALF_TOPIC = topics.TRANS_HALF_TOPIC
+OP_TOPIC = topics.TRANS_OP_HALF_TOPIC
+CHECK_TIMES = topics.TRANSACTION_CHECK_TIMES
 MAX_OPS_READ = 100_000  # the newest op records read for one answer
 
 

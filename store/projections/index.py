@@ -177,7 +177,7 @@ class IndexService:
         already covers are skipped, so replaying a batch changes nothing."""
         end = self.end_phys
         fresh = phys >= end
-        if len(phys) and phys[0] == end:
+        if len(phys) and phys[0] <= end <= phys[-1]:  # the newest record indexed may be anywhere in the batch
             fresh &= self._not_yet_indexed_at(end, hashes, phys)
         if not fresh.all():
             hashes, phys, times = hashes[fresh], phys[fresh], times[fresh]

@@ -78,8 +78,11 @@ def test_a_transaction_ends_in_its_timeline(broker_store, golden_broker_manifest
     [send] = [t["send"] for t in golden_broker_manifest["transactions"]
               if t["event"] == "send" and t["send"]["keys"] == keys]
     timeline = message_timeline(broker_store, send["result"]["msgId"])
-    transactions = [h.detail for h in timeline.hops if h.kind == "transaction"]
+    transactions = [h.detail for h in timeline.hops if h.kind == "transaction" and not h.derived]
     assert transactions and f"transaction {end} by pg-payments" in transactions[-1], transactions
+    halves = [h.detail for h in timeline.hops if h.kind == "transaction" and h.derived]
+    assert halves and all(d.startswith("half message") for d in halves)
+    assert not any(v.group.startswith("CID_RMQ_SYS_") for v in timeline.verdicts)
     if keys == "pay-unknown":
         assert "left unknown" in transactions[0] and "answering the broker's check" in transactions[-1]
 

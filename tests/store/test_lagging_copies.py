@@ -136,3 +136,25 @@ def _answers_without(answers: list, torn) -> list:
             value = [phys for phys in value if phys != torn.phys_offset]
         out.append((kind, what, value))
     return out
+
+
+def test_a_copy_whose_queues_lag_behind_its_index_indexes_nothing_twice(golden_broker_dir, tmp_path, intact):
+    """The replay starts where the queues end, before the index's newest record: the records the
+    index holds, the newest one too, are not indexed again."""
+    records, answers = intact
+    expected = [a for m in records for a in answers[m.phys_offset]]
+    lagging = tmp_path / "queues-behind"
+    shutil.copytree(golden_broker_dir, lagging)
+    paths = StorePaths(lagging)
+    for f in paths.consumequeue.glob("*/*/*"):  # only the queues lose their newest units
+        data = bytearray(f.read_bytes())
+        for pos in range(0, len(data), CQ_UNIT.size):
+            phys, size, _ = CQ_UNIT.unpack_from(data, pos)
+            if size > 0 and phys >= records[-3].phys_offset:
+                data[pos:pos + CQ_UNIT.size] = bytes(CQ_UNIT.size)
+        f.write_bytes(bytes(data))
+    with _open(lagging) as store:
+        projected = store.projected_in_memory
+        assert projected is not None and projected.queue_units >= 2 and projected.index_keys == 0
+        assert _answers(store, records) == expected
+        assert store.check().problems == []
