@@ -78,8 +78,10 @@ def _max_reconsume_times(store: MessageStore, group: str) -> int:
         return DEFAULT_RETRY_MAX_TIMES
 
 
-def message_timeline(store: MessageStore, message_id: str) -> MessageTimeline:
-    """The retry timeline of the message a unique key or the offset id of any copy names."""
+def message_timeline(store: MessageStore, message_id: str, *, with_client_trace: bool = True) -> MessageTimeline:
+    """The retry timeline of the message a unique key or the offset id of any copy names; with
+    the RocketMQ clients' own trace merged in unless `with_client_trace` is False (the story the
+    store's copies and mqlens's events tell alone, as the Spark timelines job rebuilds it)."""
     _check_id(message_id)
     events = _recorded_events(store, message_id)
     anchor = lookup.stored_or_none(store, message_id)
@@ -101,7 +103,7 @@ def message_timeline(store: MessageStore, message_id: str) -> MessageTimeline:
     unique_key = next((m.unique_key for m in copies if m.unique_key), None)
     if unique_key is None and events:
         unique_key = events[0].unique_key
-    client_trace = client_trace_of(store, unique_key) if unique_key else []
+    client_trace = client_trace_of(store, unique_key) if unique_key and with_client_trace else []
     hops = merge_hops(hops, client_hops(client_trace, Hop))
     traced = bool(events) or bool(client_trace)
     return MessageTimeline(message_id, unique_key, entries, copies, hops, verdicts(hops, progress, traced=traced),
