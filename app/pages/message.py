@@ -21,6 +21,7 @@ from app.services import dead_letters, lookup, reveal, transactions
 from app.services import resend as resend_service
 from app.services.audit import MAX_REASON
 from app.services.errors import ForbiddenError, InvalidRequestError
+from store.broker.client_trace import ClientTraceContext, TraceType, client_trace_of
 from store.format import topics
 from store.format.codec import StoredMessage
 from store.message_store import MessageStore
@@ -110,6 +111,26 @@ def transaction_data(store: MessageStore, msg: StoredMessage) -> dict | None:
     return vars(standing) if standing else None
 
 
+def client_trace_data(store: MessageStore, msg: StoredMessage) -> list[dict]:
+    """What the RocketMQ clients' own message trace says of the message, oldest first."""
+    if not msg.unique_key:
+        return []
+    return [{"type": str(c.type), "group": c.group, "time_ms": c.timestamp,
+             "client": c.record.client_host if c.record else None, "cost_ms": c.cost_time,
+             "outcome": _trace_outcome(c), "attempt": None if c.retry_times is None else c.retry_times + 1}
+            for c in client_trace_of(store, msg.unique_key)]
+
+
+def _trace_outcome(context: ClientTraceContext) -> str | None:
+    if context.type == TraceType.SUB_BEFORE:
+        return None
+    if context.type == TraceType.END_TRANSACTION:
+        return str(context.transaction_state)
+    if context.type == TraceType.SUB_AFTER:
+        return context.consume_result if not context.success else "SUCCESS"
+    return None if context.success is None else ("sent" if context.success else "send failed")
+
+
 def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[StoredMessage], bool],
                  sessions: sessionmaker[Session]) -> dict:
     msg = lookup.by_offset_id(store, offset_msg_id)
@@ -123,6 +144,7 @@ def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[Stored
         "reveal_url": f"/messages/{msg.offset_msg_id}/reveal",
         "dead_letter": dead_letter_data(store, sessions, msg),
         "transaction": transaction_data(store, msg),
+        "client_trace": client_trace_data(store, msg),
         "copies": other_copies(store, msg),
         "permalink": f"/messages/{msg.offset_msg_id}",
         "timeline_url": f"/messages/{msg.unique_key or msg.offset_msg_id}/timeline",

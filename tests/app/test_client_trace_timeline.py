@@ -129,3 +129,18 @@ def test_a_half_message_with_no_end_waits_for_the_producers_check(broker_store, 
 
 def _any_order_key(manifest) -> str:
     return next(s["result"]["msgId"] for s in manifest["sends"] if s["topic"] == "Orders" and s.get("keys"))
+
+
+def test_the_message_page_lists_what_the_clients_trace_says(broker_store, golden_broker_manifest):
+    from app.pages.message import client_trace_data
+
+    [fail_3] = [d for d in golden_broker_manifest["deadLetters"] if d["key"] == "fail-3"]
+    key = fail_3["queryMsgByKey"]["rows"][0]["msgId"]
+    first = message_timeline(broker_store, key).first_copy
+    rows = client_trace_data(broker_store, first)
+    assert [r["type"] for r in rows][:1] == ["Pub"] and rows[0]["outcome"] == "sent"
+    failed = [r for r in rows if r["group"] == "cg-fail" and r["type"] == "SubAfter"]
+    assert [r["outcome"] for r in failed] == ["FAILED"] * 3
+    assert {r["attempt"] for r in rows if r["group"] == "cg-fail" and r["type"] == "SubBefore"} == {1, 2, 3}
+    assert all(r["client"] == "127.0.0.1" for r in rows)
+    assert [r["time_ms"] for r in rows] == sorted(r["time_ms"] for r in rows)
