@@ -4,6 +4,7 @@ outcome, told once."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
@@ -144,3 +145,41 @@ def test_the_message_page_lists_what_the_clients_trace_says(broker_store, golden
     assert {r["attempt"] for r in rows if r["group"] == "cg-fail" and r["type"] == "SubBefore"} == {1, 2, 3}
     assert all(r["client"] == "127.0.0.1" for r in rows)
     assert [r["time_ms"] for r in rows] == sorted(r["time_ms"] for r in rows)
+
+
+def _mqadmin_trace_rows(stdout: str) -> Counter:
+    """(type, group, client host, cost ms, success) of each row queryMsgTraceById printed."""
+    rows = Counter()
+    for line in stdout.splitlines():
+        columns = line.split()
+        if columns and columns[0] in ("Pub", "Sub"):
+            kind, group, host, *_, cost, status = columns
+            rows[kind, group, host, int(cost.removesuffix("ms")), status == "success"] += 1
+    return rows
+
+
+def _timeline_trace_rows(timeline) -> Counter:
+    rows = Counter()
+    for h in timeline.hops:
+        if h.derived or h.kind not in ("sent", "consumed", "failed"):
+            continue
+        cost = int(re.search(r"(\d+) ms", h.detail).group(1))
+        if h.kind == "sent":
+            group = re.search(r"producer group (\S+) at", h.detail).group(1)
+            rows["Pub", group, "127.0.0.1", cost, h.detail.startswith("sent")] += 1
+        else:
+            rows["Sub", h.group, "127.0.0.1", cost, h.kind == "consumed"] += 1
+    return rows
+
+
+def test_timelines_tell_what_mqadmin_traced(broker_store, golden_broker_manifest):
+    """Every row of `mqadmin queryMsgTraceById` (fail-3 and the orderly fifo-1002-paid among
+    them) is a hop of the message's timeline: sends with their producer group and cost, each
+    consumption with its group, cost and outcome."""
+    assert len(golden_broker_manifest["traces"]) == 11
+    for trace in golden_broker_manifest["traces"]:
+        if trace["error"]:
+            continue
+        timeline = message_timeline(broker_store, trace["msgId"])
+        assert "at 127.0.0.1" in " ".join(h.detail for h in timeline.hops if not h.derived)
+        assert _timeline_trace_rows(timeline) == _mqadmin_trace_rows(trace["stdout"]), trace["msgId"]
