@@ -104,7 +104,7 @@ def message_timeline(store: MessageStore, message_id: str, *, with_client_trace:
     if unique_key is None and events:
         unique_key = events[0].unique_key
     client_trace = client_trace_of(store, unique_key) if unique_key and with_client_trace else []
-    hops = merge_hops(hops, client_hops(client_trace, Hop))
+    hops = merge_hops(hops, client_hops(client_trace))
     traced = bool(events) or bool(client_trace)
     return MessageTimeline(message_id, unique_key, entries, copies, hops, verdicts(hops, progress, traced=traced),
                            traced, progress.any_recorded, len(client_trace), transaction_standing(store, copies))
