@@ -24,10 +24,14 @@ def project_dir() -> Path:
 
 
 def format_ms(epoch_ms: int | None) -> str:
-    """Epoch milliseconds as UTC date and time to the millisecond."""
+    """Epoch milliseconds as UTC date and time to the millisecond; a time outside years 1-9999
+    (a client with a bad clock writes such records) as the raw number."""
     if epoch_ms is None:
         return ""
-    moment = dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.UTC)
+    try:
+        moment = dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{epoch_ms} ms since 1970 (outside years 1-9999)"
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{epoch_ms % 1000:03d} UTC"
 
 

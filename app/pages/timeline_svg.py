@@ -24,7 +24,10 @@ def _short(text: str, limit: int) -> str:
 
 
 def _clock(epoch_ms: int) -> tuple[str, str]:
-    moment = dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.UTC)
+    try:
+        moment = dt.datetime.fromtimestamp(epoch_ms / 1000, tz=dt.UTC)
+    except (OverflowError, OSError, ValueError):  # outside years 1-9999: a producer with a bad clock
+        return "?", f"{epoch_ms} ms"
     return moment.strftime("%Y-%m-%d"), moment.strftime("%H:%M:%S.") + f"{epoch_ms % 1000:03d}"
 
 
