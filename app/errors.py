@@ -68,8 +68,14 @@ def status_for(exc: Exception) -> int:
     return 500
 
 
+def encodable(text: str) -> str:
+    """`text` with what UTF-8 cannot hold (a lone surrogate a client sent) written as an escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_response(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
     """The body of every error response."""
+    message = encodable(message)
     renderer = getattr(request.app.state, "renderer", None)
     if renderer is not None and wants_html(request):
         try:

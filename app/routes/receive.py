@@ -8,6 +8,7 @@ import anyio.to_thread
 from fastapi import APIRouter
 
 from app.deps import ReceiveGateDep, ReceiveThreadsDep, StoreDep
+from app.errors import encodable
 from app.presenters import received_dict
 from app.routes import error_responses
 from app.schemas import (
@@ -58,7 +59,8 @@ def ack(group: str, body: AckRequest, store: StoreDep) -> AckResponse:
         service.ack(store, group, body.receipt_handle)
         return AckResponse()
     outcomes = service.ack_many(store, group, body.receipt_handles or [])
-    return AckResponse(results=[AckResultOut(receipt_handle=o.receipt_handle, ok=o.error is None, error=o.error)
+    return AckResponse(results=[AckResultOut(receipt_handle=encodable(o.receipt_handle), ok=o.error is None,
+                                             error=None if o.error is None else encodable(o.error))
                                 for o in outcomes])
 
 

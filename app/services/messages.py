@@ -39,7 +39,11 @@ def _body(item: MessageInput, where: str) -> bytes:
     if (item.body is None) == (item.body_base64 is None):
         raise InvalidRequestError(f"{where}: give exactly one of 'body' and 'body_base64'")
     if item.body is not None:
-        return item.body.encode("utf-8")
+        try:
+            return item.body.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequestError(f"{where}: 'body' is not valid text (a lone surrogate): send such bytes as "
+                                      "body_base64") from None
     try:
         return base64.b64decode(item.body_base64, validate=True)
     except (binascii.Error, ValueError):
