@@ -74,9 +74,12 @@ def body_views(body: bytes) -> dict:
     }
 
 
-def other_copies(store: MessageStore, msg: StoredMessage) -> list[dict]:
-    """Every other copy of the message (see lookup.all_copies), oldest first."""
-    copies = lookup.all_copies(store, [msg.unique_key] if msg.unique_key else [], msg)
+def _all_copies(store: MessageStore, msg: StoredMessage) -> list[StoredMessage]:
+    return lookup.all_copies(store, [msg.unique_key] if msg.unique_key else [], msg)
+
+
+def other_copies(msg: StoredMessage, copies: list[StoredMessage]) -> list[dict]:
+    """Every other copy of the message among `copies` (see lookup.all_copies), oldest first."""
     return [message_summary(m) for m in copies if m.phys_offset != msg.phys_offset]
 
 
@@ -102,11 +105,14 @@ def dead_letter_data(store: MessageStore, sessions: sessionmaker[Session], msg: 
             "editable_properties": editable, "body_text": body_text}
 
 
-def transaction_data(store: MessageStore, msg: StoredMessage) -> dict | None:
-    """For a message sent in a transaction: committed, rolled back or waiting for the producer's check."""
+def transaction_data(store: MessageStore, msg: StoredMessage,
+                     copies: list[StoredMessage] | None = None) -> dict | None:
+    """For a message sent in a transaction: committed, rolled back or waiting for the producer's
+    check. `copies`: every copy of the message, msg included (looked up when not given)."""
     if topics.TRAN_MSG not in msg.properties and msg.topic != transactions.HALF_TOPIC:
         return None
-    copies = lookup.all_copies(store, [msg.unique_key] if msg.unique_key else [], msg)
+    if copies is None:
+        copies = _all_copies(store, msg)
     standing = transactions.transaction_standing(store, copies)
     return vars(standing) if standing else None
 
@@ -134,6 +140,7 @@ def _trace_outcome(context: ClientTraceContext) -> str | None:
 def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[StoredMessage], bool],
                  sessions: sessionmaker[Session]) -> dict:
     msg = lookup.by_offset_id(store, offset_msg_id)
+    copies = _all_copies(store, msg)
     data = message_dict(msg, show_body=False)
     data.pop("body_base64")
     data.pop("body_masked")
@@ -143,9 +150,9 @@ def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[Stored
         "body": {"masked": True, "size": len(msg.body)} if masked else {"masked": False, **body_views(msg.body)},
         "reveal_url": f"/messages/{msg.offset_msg_id}/reveal",
         "dead_letter": dead_letter_data(store, sessions, msg),
-        "transaction": transaction_data(store, msg),
+        "transaction": transaction_data(store, msg, copies),
         "client_trace": client_trace_data(store, msg),
-        "copies": other_copies(store, msg),
+        "copies": other_copies(msg, copies),
         "permalink": f"/messages/{msg.offset_msg_id}",
         "timeline_url": f"/messages/{msg.unique_key or msg.offset_msg_id}/timeline",
         "download_url": f"/messages/{msg.offset_msg_id}/body",

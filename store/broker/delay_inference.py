@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from store.errors import StoreError
-from store.format import topics
+from store.format import codec, topics
 from store.format.delay_levels import DEFAULT_DELAY_LEVELS, MAX_DELAY_MS, UNIT_MS, parse_delay_levels
 
 FILE_TABLE_TEXT = "the store's own table (config/delayLevels.json)"
@@ -75,13 +75,13 @@ def infer_delay_table(schedule_queues: Iterable, store_time_at: Callable[[int], 
                          DelayTableSource("inferred", text, messages, levels))
 
 
-def store_time_reader(commitlog, decode) -> Callable[[int], int | None]:
+def store_time_reader(commitlog) -> Callable[[int], int | None]:
     """store_time_at for infer_delay_table: the store time of the record at a physical offset,
-    read with `decode(buf, pos)` (codec.decode_for_dispatch), None for what cannot be read."""
+    None for what cannot be read."""
     def store_time_at(phys: int) -> int | None:
         try:
             seg, pos = commitlog.view(phys)
-            return decode(seg.buf, pos).store_timestamp
+            return codec.decode_for_dispatch(seg.buf, pos).store_timestamp
         except (StoreError, ValueError, struct.error):
             return None
     return store_time_at

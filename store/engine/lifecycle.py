@@ -30,7 +30,7 @@ from store.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
-from store.format import codec, ids
+from store.format import ids
 from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
 from store.log.checkpoint import Checkpoint
 from store.log.commitlog import CommitLog
@@ -106,7 +106,7 @@ class StoreLifecycle:
             self.delay_levels_source = DelayTableSource("given", GIVEN_TABLE_TEXT)
             return
         inferred = infer_delay_table(schedule_queues_of(self._queues),
-                                     store_time_reader(self.commitlog, codec.decode_for_dispatch))
+                                     store_time_reader(self.commitlog))
         if inferred is not None:
             self.delay_levels, self.delay_levels_source = DelayLevels(inferred.spec), inferred.source
         else:
