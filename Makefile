@@ -8,7 +8,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 DATA ?= ./data
 
-.PHONY: install run test bench lint build-deps system-deps clean
+.PHONY: install run test fuzz bench soak lint build-deps system-deps clean
 
 # Ends a recipe that collected Debian package names in the shell variable `missing`: installs them, if any.
 APT_INSTALL_MISSING = if [ -n "$$missing" ]; then \
@@ -49,8 +49,19 @@ run: install
 test: install system-deps
 	$(BIN)/python -m pytest
 
+# The REST API fuzz test of tests/fuzz at length: FUZZ_EXAMPLES generated requests per operation
+# (`make test` runs it with 20 and a fixed seed), with a random seed unless MQLENS_FUZZ_SEED is set.
+FUZZ_EXAMPLES ?= 200
+fuzz: install
+	MQLENS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) MQLENS_FUZZ_SEED=$${MQLENS_FUZZ_SEED:-random} \
+		$(BIN)/python -m pytest -o addopts="" -p no:cacheprovider -q -s tests/fuzz
+
 bench: install
 	$(BIN)/python -m bench.run_all
+
+# The mixed-load soak of a real server (10 minutes): `make soak SOAK_SECONDS=60` for a shorter run.
+soak: install
+	$(BIN)/python -m bench.soak $(if $(SOAK_SECONDS),--seconds $(SOAK_SECONDS),)
 
 lint: install
 	$(BIN)/ruff check .

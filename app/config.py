@@ -57,7 +57,13 @@ class Settings(BaseSettings):
     secure_cookies: bool = False  # mark the session cookie Secure (serve behind HTTPS)
     failed_logins_per_minute: int = Field(5, ge=1)  # per user name; ten times as many per client address
     resend_limit: int = Field(100, ge=1)  # dead letters one support action may resend
-    max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # a larger request body is refused (413)
+    # Request bodies: a larger one is refused (413) before it is read. Routes that carry message
+    # bodies (produce, resend with an edit) take up to max_request_bytes, the others max_small_request_bytes.
+    max_request_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_small_request_bytes: int = Field(1024 * 1024, ge=1024)
+    # What the large bodies in progress at once may take together; beyond it: 429.
+    max_large_bodies_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_batch_bytes: int = Field(4 * 1024 * 1024, ge=1)  # the bodies of one produce request together (413)
     # Pipeline runs started from the console: the Spark master they use unless an operator picks
     # local[1], local[2] or local[*] instead.
     pipeline_master: str = Field("local[*]", min_length=1, max_length=255, pattern=r"^\S+$")
@@ -108,6 +114,12 @@ class Settings(BaseSettings):
             self.store_dir = self.data_dir / STORE_DIR_NAME
         if self.read_only and self.demo:
             raise ValueError("the demo workload writes to the store: it cannot run read-only")
+        return self
+
+    @model_validator(mode="after")
+    def _room_for_one_large_body(self) -> Settings:
+        if self.max_large_bodies_bytes < self.max_request_bytes:
+            raise ValueError("max_large_bodies_bytes must be at least max_request_bytes, or no large request fits")
         return self
 
     def host_names(self) -> list[str]:

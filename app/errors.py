@@ -1,20 +1,24 @@
 """The one error path: every error becomes {"ok": false, "error": message, "status": N}.
 
 Domain errors (the store's and the services') map to 4xx by class; request validation to 422
-(malformed JSON to 400); unknown routes and methods to 404/405; flow control to 429 with
-Retry-After; anything else to 500 with a generic message (the traceback goes to the log only).
-A browser asking for a console page gets the same message as the error page (or, for htmx, as
-the error fragment); the JSON API and JSON twins always get JSON."""
+(malformed JSON to 400); unknown routes and methods to 404/405; flow control to 429, a full
+disk to 507 and a busy database to 503, each with Retry-After; anything else to 500 with a
+generic message (the traceback goes to the log only). A browser asking for a console page
+gets the same message as the error page (or, for htmx, as the error fragment); the JSON API
+and JSON twins always get JSON."""
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.render import wants_html
@@ -24,10 +28,12 @@ from app.services.errors import (
     ForbiddenError,
     InvalidRequestError,
     NotFoundError,
+    PayloadTooLargeError,
     ServiceError,
 )
 from store.broker.metadata import TopicNotFoundError
 from store.errors import (
+    DiskFullError,
     FlowControlError,
     MessageNotFoundError,
     ReadOnlyStoreError,
@@ -40,10 +46,12 @@ __all__ = ["FlowControlError", "error_response", "install_error_handlers", "stat
 
 log = logging.getLogger("mqlens.app")
 
+PROBED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 INTERNAL_ERROR_MESSAGE = "internal server error (details are in the server log)"
 
 # Most specific first: the first class an error is an instance of gives its status.
 _STATUS_BY_CLASS: tuple[tuple[type[Exception], int], ...] = (
+    (DiskFullError, 507),
     (FlowControlError, 429),
     (TopicNotFoundError, 404),
     (MessageNotFoundError, 404),
@@ -55,6 +63,7 @@ _STATUS_BY_CLASS: tuple[tuple[type[Exception], int], ...] = (
     (AuthenticationError, 401),
     (ForbiddenError, 403),
     (InvalidRequestError, 400),
+    (PayloadTooLargeError, 413),
 )
 
 
@@ -101,7 +110,7 @@ def _message(exc: Exception) -> str:
 
 async def _domain_error(request: Request, exc: Exception) -> Response:
     status = status_for(exc)
-    if status >= 500:
+    if status == 500:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return error_response(request, 500, INTERNAL_ERROR_MESSAGE)
     headers = None
@@ -155,10 +164,19 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     if exc.status_code == 404 and exc.detail == "Not Found":
         message = f"not found: {request.url.path}"
     elif exc.status_code == 405 and exc.detail == "Method Not Allowed":
-        message = f"method {request.method} is not allowed on {request.url.path}"
+        allowed = allowed_methods(request)
+        message = f"method {request.method} is not allowed on {request.url.path} (allowed: {', '.join(allowed)})"
+        return error_response(request, 405, message, {**(exc.headers or {}), "Allow": ", ".join(allowed)})
     else:
         message = str(exc.detail)
     return error_response(request, exc.status_code, message, exc.headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the path takes (Starlette's answer names only the first route's)."""
+    routes = request.app.router.routes
+    return [method for method in PROBED_METHODS
+            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
 
 
 class UnexpectedErrorMiddleware:
@@ -189,7 +207,40 @@ class UnexpectedErrorMiddleware:
             await error_response(request, 500, INTERNAL_ERROR_MESSAGE)(scope, receive, send)
 
 
+# SQLSTATE/SQLite codes of a database that cannot take a write now: (status, Retry-After s, message)
+_DISK_FULL = (507, 30, "the operator database's disk is full: the change is not applied; "
+                       "writes are refused until space is freed, reads go on")
+_BUSY = (503, 1, "the operator database is busy: the change is not applied, retry")
+
+
+def _database_refusal(exc: DBAPIError) -> tuple[int, int, str] | None:
+    """A database error that is the disk's or the load's, not the request's nor a bug."""
+    original = exc.orig
+    code = getattr(original, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL:
+        return _DISK_FULL
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return _BUSY
+    sqlstate = getattr(original, "sqlstate", None)  # psycopg
+    if sqlstate == "53100":  # disk_full
+        return _DISK_FULL
+    if sqlstate in ("53300", "57P03", "40P01", "55P03"):  # too many connections, cannot connect now, deadlock, lock
+        return _BUSY
+    return None
+
+
+async def _database_error(request: Request, exc: DBAPIError) -> Response:
+    refusal = _database_refusal(exc)
+    if refusal is None:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error_response(request, 500, INTERNAL_ERROR_MESSAGE)
+    status, retry_after_s, message = refusal
+    log.warning("%s %s refused: %s", request.method, request.url.path, _message(exc.orig or exc))
+    return error_response(request, status, message, {"Retry-After": str(retry_after_s)})
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(DBAPIError, _database_error)
     app.add_exception_handler(StoreError, _domain_error)
     app.add_exception_handler(ServiceError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -21,8 +21,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import Scope
 
-from app.body_limit import BodyLimitMiddleware
+from app.body_limit import BodyLimitMiddleware, ByteBudget
 from app.config import Settings
+from app.content_type import JsonContentTypeMiddleware
 from app.db import make_engine, migrate, session_factory
 from app.errors import error_response, install_error_handlers
 from app.headers import SecurityHeadersMiddleware
@@ -40,6 +41,7 @@ from app.pages import timeline as timeline_page
 from app.pages import topics as topics_page
 from app.read_only import refuse_writes_when_read_only
 from app.render import STATIC_PREFIX, Renderer, project_dir
+from app.request_limits import body_limit
 from app.routes import accounts as accounts_routes
 from app.routes import audit as audit_routes
 from app.routes import auth as auth_routes
@@ -56,7 +58,7 @@ from app.services import groups as groups_service
 from app.services import redrive as redrive_service
 from app.services import resend as resend_service
 from app.services import topics as topics_service
-from app.services.dead_letters import ReasonCache
+from app.services.dead_letters import DeadLetterCache
 from app.services.demo import DemoWorkload
 from app.services.flow import PutGate
 from app.services.login_limit import LoginLimiter
@@ -68,6 +70,7 @@ from app.services.rates import RateSampler
 from app.services.redrive import RedriveRunner
 from app.twin import JsonTwinMiddleware
 from store.clock import Clock, SystemClock
+from store.errors import DiskFullError
 from store.message_store import MessageStore, StoreConfig
 
 log = logging.getLogger("mqlens.app")
@@ -166,6 +169,8 @@ def _stop(resources: _Resources) -> None:
     finally:
         try:
             resources.store.close()
+        except DiskFullError as exc:
+            log.error("closing the store: %s", exc)
         finally:
             resources.engine.dispose()
 
@@ -220,7 +225,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.renderer = Renderer(project_dir() / "templates")
     app.state.login_limiter = LoginLimiter(settings.failed_logins_per_minute)
     app.state.principal_cache = PrincipalCache(clock)
-    app.state.dead_letter_reasons = ReasonCache()
+    app.state.dead_letters = DeadLetterCache()
     app.state.rates = RateSampler()  # messages/s on the dashboard
     app.state.metrics_registry = metrics_registry(lambda: app.state.store)
     install_error_handlers(app)
@@ -232,10 +237,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
                    analytics_page, admin_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
+    app.add_middleware(JsonContentTypeMiddleware, refuse=_refuse_media_type)
     app.add_middleware(SessionCookieMiddleware)
     app.add_middleware(CrossOriginGuardMiddleware, refuse=_refuse_cross_origin)
     app.add_middleware(SecurityHeadersMiddleware)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes, refuse=_refuse_large_body)
+    app.add_middleware(BodyLimitMiddleware, limit_for=body_limit(settings),
+                       budget=ByteBudget(settings.max_large_bodies_bytes), refuse=_refuse_body)
     app.add_middleware(JsonTwinMiddleware)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.host_names())
     return app
@@ -245,5 +252,9 @@ def _refuse_cross_origin(scope: Scope, message: str) -> Response:
     return error_response(Request(scope), 403, message)
 
 
-def _refuse_large_body(scope: Scope, message: str) -> Response:
-    return error_response(Request(scope), 413, message)
+def _refuse_media_type(scope: Scope, message: str) -> Response:
+    return error_response(Request(scope), 415, message)
+
+
+def _refuse_body(scope: Scope, status: int, message: str, headers: dict[str, str] | None) -> Response:
+    return error_response(Request(scope), status, message, headers)

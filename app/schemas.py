@@ -6,10 +6,33 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from app.params import (
+    ACCOUNT_NAME_PATTERN,
+    BASE64_PATTERN,
+    DELAY_LEVELS_PATTERN,
+    MIN_PASSWORD_CHARS,
+    DeadLetterRef,
+    EditPropertyName,
+    EditPropertyValue,
+    GroupField,
+    MessageKey,
+    MessageTag,
+    PropertyName,
+    PropertyValue,
+    TopicField,
+    exactly_one_of,
+    names_declared,
+    not_both,
+)
+from app.services.messages import MAX_MESSAGES_PER_REQUEST
 from pipeline.jobs import JOBS
+from store.broker.metadata import MAX_QUEUES
 from store.broker.pop import MAX_INVISIBLE_MS, MAX_MESSAGES, MAX_WAIT_MS, MIN_INVISIBLE_MS
 
 StrictInt = Annotated[int, Field(strict=True)]
+MAX_SQL_INTEGER = 2**63 - 1  # the largest number the database holds
+# Standard base64 as b64decode(validate=True) takes it; checked by the service (400), declared here.
+Base64 = Annotated[str, Field(json_schema_extra={"pattern": BASE64_PATTERN})]
 Reason = Annotated[str | None, Field(max_length=2000, description="Why (a sentence or a ticket), for the audit log.")]
 
 
@@ -23,11 +46,20 @@ class Strict(BaseModel):
 class ProduceMessage(Strict):
     """One message to put. Give exactly one of `body` (text, stored as UTF-8) and `body_base64`."""
 
+    model_config = ConfigDict(json_schema_extra={
+        **exactly_one_of("body", "body_base64", types=("string", "string")),
+        **not_both("delay_level", "deliver_at_ms", types=("integer", "integer"))})
+
     body: str | None = Field(None, description="Message body as text (stored as UTF-8).")
-    body_base64: str | None = Field(None, description="Message body as standard base64 (binary bodies).")
-    tags: str | None = Field(None, description="The message's tag (one string, used for filtering).")
-    keys: list[str] = Field(default_factory=list, description="Business keys, each indexed for lookups.")
-    properties: dict[str, str] = Field(default_factory=dict, description="User properties.")
+    body_base64: Base64 | None = Field(None, description="Message body as standard base64 (binary bodies).")
+    tags: MessageTag | None = Field(None, description="The message's tag (one string, used for filtering; an "
+                                    "empty string is no tag).")
+    keys: list[MessageKey] = Field(default_factory=list, description="Business keys, each indexed for lookups "
+                                   "(a key longer than 512 characters is stored but cannot be looked up).")
+    properties: dict[PropertyName, PropertyValue] = Field(
+        default_factory=dict, json_schema_extra=names_declared,
+        description="User properties: names and values are not empty; names the broker sets (KEYS, TAGS, "
+        "UNIQ_KEY, DELAY...) are reserved. Keys, tag and properties take at most 32767 bytes together.")
     delay_level: StrictInt | None = Field(None, ge=0, description="RocketMQ delay level (1 = first entry of the "
                                           "delay table); the message waits in SCHEDULE_TOPIC_XXXX.")
     deliver_at_ms: StrictInt | None = Field(None, ge=0, description="Deliver at this time (epoch ms); "
@@ -46,7 +78,9 @@ def _produce_shape(value: object) -> str:
 
 
 ProduceBody = Annotated[
-    Annotated[ProduceMessage, Tag("one")] | Annotated[list[ProduceMessage], Tag("many")],
+    Annotated[ProduceMessage, Tag("one")]
+    | Annotated[list[ProduceMessage], Field(json_schema_extra={"minItems": 1, "maxItems": MAX_MESSAGES_PER_REQUEST}),
+                Tag("many")],
     Discriminator(_produce_shape),
 ]
 
@@ -93,8 +127,10 @@ class TopicsResponse(BaseModel):
 class TopicUpdate(Strict):
     """Unset fields keep their current value (a new topic: 4 queues, read-write)."""
 
-    queues: StrictInt | None = Field(None, description="Queue count, 1 to 1024.")
-    perm: StrictInt | None = Field(None, description="Permission bits: 4 read, 2 write (6 = read-write).")
+    queues: StrictInt | None = Field(None, description=f"Queue count, 1 to {MAX_QUEUES}.",
+                                     json_schema_extra={"minimum": 1, "maximum": MAX_QUEUES})
+    perm: StrictInt | None = Field(None, description="Permission bits: 4 read, 2 write (6 = read-write).",
+                                   json_schema_extra={"minimum": 0, "maximum": 15})
     reason: Reason = None
 
 
@@ -133,10 +169,12 @@ class GroupResponse(BaseModel):
 class GroupUpdate(Strict):
     """Unset fields keep their current value. Bad values are refused with 400."""
 
-    max_reconsume_times: StrictInt | None = Field(None, description="0 to 10000; past it a message goes to the DLQ.")
+    max_reconsume_times: StrictInt | None = Field(None, description="0 to 10000; past it a message goes to the DLQ.",
+                                                  json_schema_extra={"minimum": 0, "maximum": 10_000})
     consume_mode: str | None = Field(None, json_schema_extra={"enum": ["concurrent", "orderly"]})
     message_model: str | None = Field(None, json_schema_extra={"enum": ["clustering", "broadcast"]})
-    retry_queues: StrictInt | None = Field(None, description="Queues of the group's retry topic, 1 to 1024.")
+    retry_queues: StrictInt | None = Field(None, description=f"Queues of the group's retry topic, 1 to {MAX_QUEUES}.",
+                                           json_schema_extra={"minimum": 1, "maximum": MAX_QUEUES})
     consume_enable: Annotated[bool, Field(strict=True)] | None = None
     reason: Reason = None
     expected_version: str | None = Field(None, max_length=32, description="The settings version this edit was "
@@ -177,7 +215,7 @@ class MessageOut(BaseModel):
 
 # -- receiving (pop) ---------------------------------------------------------------------------
 class ReceiveRequest(Strict):
-    topic: str
+    topic: TopicField
     max: StrictInt = Field(16, ge=1, le=MAX_MESSAGES, description=f"Messages at most, 1 to {MAX_MESSAGES}.")
     invisible_ms: StrictInt = Field(30_000, ge=MIN_INVISIBLE_MS, le=MAX_INVISIBLE_MS,
                                     description="How long the messages stay invisible to the group "
@@ -201,6 +239,9 @@ class ReceiveResponse(BaseModel):
 
 class AckRequest(Strict):
     """Exactly one of `receipt_handle` (one message) and `receipt_handles` (a batch)."""
+
+    model_config = ConfigDict(json_schema_extra=exactly_one_of("receipt_handle", "receipt_handles",
+                                                               types=("string", "array")))
 
     receipt_handle: str | None = None
     receipt_handles: list[str] | None = Field(None, min_length=1, max_length=MAX_MESSAGES)
@@ -258,7 +299,7 @@ class QueueMessagesResponse(BaseModel):
 
 
 class OffsetUpdate(Strict):
-    topic: str
+    topic: TopicField
     queue_id: StrictInt = Field(ge=0)
     offset: StrictInt = Field(ge=0, description="The next offset the group consumes (0 to the queue's max offset).")
 
@@ -341,7 +382,7 @@ class TimelineResponse(BaseModel):
 
 
 class TopicDestination(Strict):
-    topic: str = Field(max_length=127, description="Resend to this topic: every group subscribed to it gets it.")
+    topic: TopicField = Field(description="Resend to this topic: every group subscribed to it gets it.")
 
 
 Destination = Literal["group", "topic"] | TopicDestination
@@ -368,10 +409,14 @@ class ResendResponse(BaseModel):
 class ResendEdit(Strict):
     """An operator's changes before a resend (one dead letter; the operator role)."""
 
+    model_config = ConfigDict(json_schema_extra=not_both("body", "body_base64", types=("string", "string")))
+
     body: str | None = Field(None, max_length=4 * 1024 * 1024, description="A new body as text (UTF-8).")
-    body_base64: str | None = Field(None, max_length=6 * 1024 * 1024, description="A new body as base64.")
-    properties: dict[Annotated[str, Field(max_length=127)], Annotated[str, Field(max_length=32_767)] | None] = Field(
-        default_factory=dict, max_length=64, description="User properties to set; null removes one.")
+    body_base64: Base64 | None = Field(None, max_length=6 * 1024 * 1024, description="A new body as base64.")
+    properties: dict[EditPropertyName, EditPropertyValue | None] = Field(
+        default_factory=dict, max_length=64, json_schema_extra=names_declared,
+        description="User properties to set; null removes one. Not those the broker sets or reads (KEYS, "
+        "DELAY, DLQ_..., MQLENS_...).")
 
     @model_validator(mode="after")
     def _one_body(self) -> ResendEdit:
@@ -381,7 +426,7 @@ class ResendEdit(Strict):
 
 
 class DlqResendRequest(Strict):
-    message_ids: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
+    message_ids: list[DeadLetterRef] = Field(
         min_length=1, max_length=1000, description="Dead letters by offset message id or unique key.")
     destination: Destination = Field("group", description=DESTINATION_HELP)
     dry_run: bool = Field(False, description="Only say what would be resent where; nothing is sent or recorded.")
@@ -421,7 +466,9 @@ class DelayLevelsOut(BaseModel):
 
 
 class DelayLevelsUpdate(Strict):
-    levels: str = Field(max_length=4000, description="Space-separated positive numbers with a unit s, m, h or d.")
+    levels: str = Field(max_length=4000, json_schema_extra={"pattern": DELAY_LEVELS_PATTERN},
+                        description="Space-separated positive numbers with a unit s, m, h or d, each at most 40 "
+                        "days; at most 1024 levels.")
     reason: Reason = None
     expected_version: StrictInt | None = Field(None, ge=0, description="The version this edit was made from "
                                                "(or send If-Match); a table changed since is refused with 409.")
@@ -429,7 +476,8 @@ class DelayLevelsUpdate(Strict):
 
 
 class DelayLevelsRollback(Strict):
-    version: StrictInt = Field(ge=1, description="The version whose table becomes current again.")
+    # Bounded like the ids of paths (a number past SQLite's INTEGER cannot even be looked up).
+    version: StrictInt = Field(ge=1, le=2**31, description="The version whose table becomes current again.")
     reason: Reason = None
     expected_version: StrictInt | None = Field(None, ge=0)
     allow_dropped_levels: bool = False
@@ -513,8 +561,10 @@ class UserResponse(BaseModel):
 
 
 class UserCreate(Strict):
-    name: str = Field(max_length=64, description="1 to 64 letters, digits or . _ @ -")
-    password: str = Field(max_length=256, description="10 to 256 characters.")
+    name: str = Field(max_length=64, json_schema_extra={"pattern": ACCOUNT_NAME_PATTERN},
+                      description="1 to 64 letters, digits or . _ @ -, starting with a letter or digit.")
+    password: str = Field(max_length=256, json_schema_extra={"minLength": MIN_PASSWORD_CHARS},
+                          description="10 to 256 characters.")
     role: RoleName
 
 
@@ -522,7 +572,8 @@ class UserUpdate(Strict):
     """Unset fields keep their value; a new password or disabling ends the user's sessions."""
 
     role: RoleName | None = None
-    password: str | None = Field(None, max_length=256)
+    password: str | None = Field(None, max_length=256, json_schema_extra={"minLength": MIN_PASSWORD_CHARS},
+                                 description="10 to 256 characters.")
     disabled: Annotated[bool, Field(strict=True)] | None = None
 
 
@@ -542,9 +593,12 @@ class TokensResponse(BaseModel):
 
 
 class TokenCreate(Strict):
-    name: str = Field(max_length=64, description="Recorded as the actor of what the token does.")
+    name: str = Field(max_length=64, json_schema_extra={"pattern": ACCOUNT_NAME_PATTERN},
+                      description="Recorded as the actor of what the token does: 1 to 64 letters, digits or . _ "
+                      "@ -, starting with a letter or digit.")
     role: RoleName
-    expires_at_ms: StrictInt | None = Field(None, ge=0, description="Epoch ms; none: never expires.")
+    expires_at_ms: StrictInt | None = Field(None, ge=0, le=MAX_SQL_INTEGER, description="Epoch ms; none: never "
+                                            "expires.")
 
 
 class TokenCreated(BaseModel):
@@ -610,7 +664,7 @@ class RedriveFilter(Strict):
 
 
 class RedriveJobCreate(Strict):
-    group: str = Field(max_length=255)
+    group: GroupField
     filter: RedriveFilter = Field(default_factory=RedriveFilter)
     destination: Destination = Field("group", description=DESTINATION_HELP)
     rate_per_s: StrictInt = Field(100, ge=1, le=10_000, description="Messages resent per second at most.")
@@ -667,8 +721,9 @@ class RedriveItemsResponse(BaseModel):
 
 
 class OffsetResetRequest(Strict):
-    topic: str = Field(max_length=127)
-    to: Literal["earliest", "latest"] | dict[Literal["time", "offset"], StrictInt] = Field(
+    topic: TopicField
+    to: Literal["earliest", "latest"] | Annotated[dict[Literal["time", "offset"], StrictInt], Field(
+        json_schema_extra={"minProperties": 1, "maxProperties": 1})] = Field(
         description='"earliest", "latest", {"time": epoch ms} or {"offset": n}.')
     queue_id: StrictInt | None = Field(None, ge=0, description="One queue; default: every queue of the topic.")
     dry_run: bool = Field(False, description="Only show the offsets and lag before and after.")
@@ -693,7 +748,8 @@ class OffsetResetResponse(BaseModel):
 
 # -- pipeline runs -----------------------------------------------------------------------------
 class PipelineRunCreate(Strict):
-    job: str = Field(max_length=64, description="The job: " + ", ".join(JOBS) + ".")
+    job: str = Field(max_length=64, json_schema_extra={"enum": list(JOBS)}, description="The job: "
+                     + ", ".join(JOBS) + ".")
     master: str | None = Field(None, max_length=255, description="Spark master: local[1], local[2], local[*] or "
                                "the configured one (MQLENS_PIPELINE_MASTER, the default).")
     reason: Reason = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class StoreError(Exception):
     """Base class of every error the store raises on purpose."""
@@ -56,6 +58,14 @@ class DiskFullError(FlowControlError):
     """The disk is full or nearly full: writes are refused, reads go on."""
 
     retry_after_s: int = 30
+
+
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_no_space(exc: BaseException) -> bool:
+    """True for an OSError saying the disk (or the user's quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS
 
 
 class InvalidConfigError(StoreError, ValueError):

@@ -118,6 +118,7 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
         after a restart (config/delayLevels.json). Messages already scheduled keep their deliver
         time. Raises InvalidConfigError for a bad table."""
         with self._writing():
+            self._room_for_change()
             self.commitlog.flush()  # the new table applies after these bytes: they must outlive a crash
             tables = self.delay_levels.changed_to(spec, self.commitlog.end)
             write_delay_levels(self.paths.config, tables)
@@ -142,6 +143,7 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
     def put_topic(self, config: TopicConfig) -> TopicConfig:
         """Create a topic or change its queue count or permission."""
         with self._writing():
+            self._room_for_change()
             self.metadata.put_topic(config)
             self._builder.forget_topic(config.name)
         return config
@@ -255,6 +257,12 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
             done(None)
         else:
             self._committer.when_durable(done, self._tracer.queued)
+
+    def _room_for_change(self) -> None:
+        """An operator's change is refused (DiskFullError) on a disk the guard finds too full,
+        measured now: the state files it writes would fail midway."""
+        self._disk_guard.recheck()
+        self._disk_guard.check()
 
     def _put_batch(self, batch: list[NewMessage]) -> list[PutResult]:
         self._disk_guard.check()

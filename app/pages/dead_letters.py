@@ -37,7 +37,7 @@ def _inbox_page(request: Request, renderer, store, sessions, clock, group: str |
                 reason, state, cursor, limit):
     wanted = inbox_filter(begin, end, key, tag, reason, state)
     size = optional_int(limit, "Per page", low=1, high=MAX_LIMIT) or PAGE_SIZE
-    found = dead_letters.inbox(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted,
+    found = dead_letters.inbox(store, sessions, clock, request.app.state.dead_letters, group, wanted,
                                cursor or None, size)
     query = wanted.as_query()
     base = f"/groups/{group}/dead-letters" if group else "/dead-letters"
@@ -144,7 +144,7 @@ def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: Cloc
     settings = request.app.state.settings
     if all_matching:
         wanted = inbox_filter(begin, end, key, tag, reason_filter, state)
-        ids = dead_letters.matching_ids(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted)
+        ids = dead_letters.matching_ids(store, sessions, clock, request.app.state.dead_letters, group, wanted)
         if len(ids) > resend_service.MAX_IDS:
             raise InvalidRequestError(f"{len(ids)} dead letters match: at most {resend_service.MAX_IDS} at once "
                                       "here; narrow the filter, or start a redrive job")

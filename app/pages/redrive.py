@@ -57,7 +57,7 @@ def start_job(request: Request, store: StoreDep, sessions: SessionsDep, clock: C
     """A job over the inbox's filter; planned first (a dry run), so its list can be read before it runs."""
     wanted = inbox_filter(begin, end, key, tag, reason_filter, state or "waiting")
     rate = optional_int(rate_per_s, "Rate", low=1, high=redrive.MAX_RATE) or 100
-    view = redrive.create_job(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted,
+    view = redrive.create_job(store, sessions, clock, request.app.state.dead_letters, group, wanted,
                               destination=destination_choice(destination, topic), rate_per_s=rate, dry_run=dry_run,
                               actor=actor, reason=reason)
     return RedirectResponse(f"/redrive-jobs/{view.id}", status_code=303)

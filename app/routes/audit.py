@@ -18,6 +18,7 @@ from app.services.audit_log import MAX_LIMIT, AuditFilter
 
 router = APIRouter(tags=["audit"], dependencies=[READ])
 
+MAX_SQL_INTEGER = 2**63 - 1  # what the database compares a time with
 CSV_COLUMNS = ("id", "at_ms", "actor", "role", "action", "target", "reason", "outcome", "outcome_detail", "detail")
 
 
@@ -28,8 +29,8 @@ def audit_filter(
                                         "(message:, group:, topic:, dlq:, user:, token:).")] = None,
     message: Annotated[str | None, Query(max_length=64, description="Entries about this message (offset id): "
                                          "reveals, resends of it and resends that made it.")] = None,
-    since: Annotated[int | None, Query(ge=0, description="At or after (epoch ms).")] = None,
-    until: Annotated[int | None, Query(ge=0, description="At or before (epoch ms).")] = None,
+    since: Annotated[int | None, Query(ge=0, le=MAX_SQL_INTEGER, description="At or after (epoch ms).")] = None,
+    until: Annotated[int | None, Query(ge=0, le=MAX_SQL_INTEGER, description="At or before (epoch ms).")] = None,
 ) -> AuditFilter:
     return AuditFilter(actor or None, action or None, target or None, (message or "").upper() or None, since, until)
 
@@ -39,7 +40,8 @@ FilterDep = Annotated[AuditFilter, Depends(audit_filter)]
 
 @router.get("/api/audit", responses=error_responses(400, 422))
 def entries(sessions: SessionsDep, wanted: FilterDep,
-            cursor: Annotated[str | None, Query(max_length=20)] = None,
+            cursor: Annotated[str | None, Query(max_length=20, json_schema_extra={"pattern": "^[0-9]{1,18}$"},
+                                                description="next_cursor of the previous page.")] = None,
             limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100) -> dict:
     """Every operator action, newest first: who (and their role), when, what, on what, why,
     the details (before/after, the list of a bulk action) and the outcome."""

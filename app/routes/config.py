@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query
 
 from app.deps import ClockDep, ConfigLockDep, SessionsDep, StoreDep
+from app.params import GroupQuery
 from app.routes import error_responses
 from app.schemas import (
     DelayLevelsOut,
@@ -25,7 +26,8 @@ router = APIRouter(tags=["configuration"])
 
 IdempotencyKey = Annotated[str | None, Header(max_length=255, description="Repeat-safe: a request repeated with "
                                               "the same key acts once.")]
-IfMatch = Annotated[str | None, Header(max_length=32, description='The version the edit was made from, as "N".')]
+IfMatch = Annotated[str | None, Header(max_length=32, description='The version the edit was made from, as "N".',
+                                       json_schema_extra={"pattern": '^(?:W/)?"?[0-9]+"?$'})]
 
 
 def _delay_levels_out(view: config.DelayLevelsView) -> DelayLevelsOut:
@@ -86,7 +88,7 @@ def rollback(body: DelayLevelsRollback, store: StoreDep, sessions: SessionsDep, 
 
 @router.get("/api/config/delay-levels/preview", dependencies=[READ], responses=error_responses(400, 422))
 def preview(store: StoreDep, levels: Annotated[str, Query(max_length=4000)],
-            group: Annotated[str | None, Query(max_length=255)] = None,
+            group: GroupQuery = None,
             max_reconsume_times: Annotated[int | None, Query(ge=0, le=10_000)] = None) -> dict:
     """What a table would do: each level's delay and messages waiting there now, the retry
     schedule for a group (its max reconsume times, or the one given), when a message would reach

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from app.deps import ClockDep, SessionsDep, StoreDep
+from app.params import GroupPath
 from app.routes import error_responses
 from app.schemas import DeadLettersResponse
 from app.security import READ
@@ -33,13 +34,15 @@ def inbox_filter(
     key: Annotated[str | None, Query(max_length=255, description="A business key or the unique key.")] = None,
     tag: Annotated[str | None, Query(max_length=255)] = None,
     reason: Annotated[str | None, Query(max_length=255, description="Text the failure reason contains.")] = None,
-    state: Annotated[str | None, Query(description="waiting, resent or failed_again.")] = None,
+    state: Annotated[str | None, Query(description="waiting, resent or failed_again.",
+                                       json_schema_extra={"enum": list(dead_letters.STATES)})] = None,
 ) -> Filter:
     return Filter(begin, end, key or None, tag or None, reason or None, state or None)
 
 
 FilterDep = Annotated[Filter, Depends(inbox_filter)]
-Cursor = Annotated[str | None, Query(max_length=64, description="next_cursor of the previous page.")]
+Cursor = Annotated[str | None, Query(max_length=64, description="next_cursor of the previous page.",
+                                     json_schema_extra={"pattern": dead_letters.CURSOR.pattern})]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
 
 
@@ -53,16 +56,16 @@ def _answer(found: dead_letters.Inbox) -> dict:
 def every_group(request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep, wanted: FilterDep,
                 cursor: Cursor = None, limit: Limit = 50) -> dict:
     """Dead letters of every group, newest first."""
-    return _answer(dead_letters.inbox(store, sessions, clock, request.app.state.dead_letter_reasons, None, wanted,
+    return _answer(dead_letters.inbox(store, sessions, clock, request.app.state.dead_letters, None, wanted,
                                       cursor, limit))
 
 
 @router.get("/api/dlq/{group}/messages", response_model=DeadLettersResponse, responses=error_responses(400, 404, 422))
-def one_group(group: str, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+def one_group(group: GroupPath, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
               wanted: FilterDep, cursor: Cursor = None, limit: Limit = 50) -> dict:
     """A group's dead letters, newest first, with why each failed, when retention deletes it and
     what became of a resend. An unknown group is a 404."""
-    return _answer(dead_letters.inbox(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted,
+    return _answer(dead_letters.inbox(store, sessions, clock, request.app.state.dead_letters, group, wanted,
                                       cursor, limit))
 
 
@@ -77,7 +80,7 @@ def _flat(row: DeadLetter) -> dict:
 
 
 def _all_rows(request: Request, store, sessions, clock, group: str, wanted: Filter) -> Iterator[DeadLetter]:
-    return dead_letters.matching_rows(store, sessions, clock, request.app.state.dead_letter_reasons, group, wanted)
+    return dead_letters.matching_rows(store, sessions, clock, request.app.state.dead_letters, group, wanted)
 
 
 def _csv_safe(value: object) -> object:
@@ -88,7 +91,7 @@ def _csv_safe(value: object) -> object:
 
 
 @router.get("/api/dlq/{group}/messages.csv", response_class=StreamingResponse, responses=error_responses(400, 404))
-def export_csv(group: str, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+def export_csv(group: GroupPath, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
                wanted: FilterDep) -> StreamingResponse:
     """Every dead letter the filter matches, as CSV (one header row)."""
     rows = _all_rows(request, store, sessions, clock, group, wanted)
@@ -114,7 +117,7 @@ def export_csv(group: str, request: Request, store: StoreDep, sessions: Sessions
 
 @router.get("/api/dlq/{group}/messages.ndjson", response_class=StreamingResponse,
             responses=error_responses(400, 404))
-def export_ndjson(group: str, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+def export_ndjson(group: GroupPath, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
                   wanted: FilterDep) -> StreamingResponse:
     """Every dead letter the filter matches, one JSON object a line."""
     rows = _all_rows(request, store, sessions, clock, group, wanted)

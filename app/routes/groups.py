@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header
 
 from app.deps import ClockDep, SessionsDep, StoreDep
+from app.params import ConsumerGroupPath, GroupPath
 from app.routes import error_responses
 from app.schemas import (
     GroupOut,
@@ -31,13 +32,13 @@ def list_groups(store: StoreDep) -> GroupsResponse:
 
 
 @router.get("/api/groups/{group}", dependencies=[READ], response_model=GroupResponse, responses=error_responses(400))
-def get_group(group: str, store: StoreDep) -> GroupResponse:
+def get_group(group: GroupPath, store: StoreDep) -> GroupResponse:
     """A group's settings; a group nobody set up has the defaults (`configured: false`)."""
     return GroupResponse(group=GroupOut.model_validate(groups.get_group(store, group), from_attributes=True))
 
 
-@router.put("/api/groups/{group}", response_model=GroupResponse, responses=error_responses(400, 403, 422))
-def put_group(group: str, update: GroupUpdate, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+@router.put("/api/groups/{group}", response_model=GroupResponse, responses=error_responses(400, 403, 409, 422))
+def put_group(group: ConsumerGroupPath, update: GroupUpdate, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
               actor: Configurer, if_match: Annotated[str | None, Header(max_length=34)] = None) -> GroupResponse:
     """Create a group or change its settings (unset fields keep their value; bad values: 400).
     Needs the operator role; audited with the settings before and after."""
@@ -50,8 +51,8 @@ def put_group(group: str, update: GroupUpdate, store: StoreDep, sessions: Sessio
 
 @router.post("/api/groups/{group}/offsets/reset", response_model=OffsetResetResponse,
              responses=error_responses(400, 404, 409, 422))
-def reset_offsets(group: str, body: OffsetResetRequest, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
-                  actor: Configurer) -> OffsetResetResponse:
+def reset_offsets(group: ConsumerGroupPath, body: OffsetResetRequest, store: StoreDep, sessions: SessionsDep,
+                  clock: ClockDep, actor: Configurer) -> OffsetResetResponse:
     """Move the group's consumer offsets of a topic to its earliest or latest message, a time or
     an exact offset, on one queue or all. `dry_run` shows each queue's offset and lag before
     and after; otherwise it is applied (audited) and consumers, pull and pop, go on from there."""

@@ -7,19 +7,20 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from app.deps import ClockDep, SessionsDep, StoreDep
+from app.params import KeyQuery, OffsetMsgIdPath, SearchQuery, TopicPath, TopicQuery, UniqueKeyPath
 from app.presenters import message_dict
 from app.routes import error_responses
 from app.schemas import FoundResponse, MessageResponse, RevealRequest
 from app.security import READ, BodyPolicy, Reader
 from app.services import lookup, reveal
 from app.services.lookup import Found
+from app.services.search import CURSOR as search_cursor
 from app.services.search import parse_cursor, search_page
 from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MAX_QUERY_RESULTS
 
 router = APIRouter(tags=["finding messages"])
 
-TopicFilter = Annotated[str | None, Query(description="Look in this topic only; default: every topic, "
-                                          "retry, schedule and dead-letter topics included.")]
+TopicFilter = TopicQuery
 Begin = Annotated[int, Query(ge=0, description="Stored at or after (epoch ms).")]
 End = Annotated[int, Query(ge=0, description="Stored at or before (epoch ms).")]
 Max = Annotated[int, Query(ge=1, le=MAX_QUERY_RESULTS, description="Messages at most.")]
@@ -32,7 +33,7 @@ def _found(found: Found, show: BodyPolicy) -> dict:
 
 @router.get("/api/messages/by-id/{offset_msg_id}", dependencies=[READ], response_model=MessageResponse,
             responses=error_responses(400, 404))
-def by_id(offset_msg_id: str, store: StoreDep, show: BodyPolicy) -> dict:
+def by_id(offset_msg_id: OffsetMsgIdPath, store: StoreDep, show: BodyPolicy) -> dict:
     """The message an offset message id names (32 or 56 hex characters)."""
     msg = lookup.by_offset_id(store, offset_msg_id)
     return {"ok": True, "message": message_dict(msg, show(msg))}
@@ -40,7 +41,7 @@ def by_id(offset_msg_id: str, store: StoreDep, show: BodyPolicy) -> dict:
 
 @router.post("/api/messages/{offset_msg_id}/reveal", response_model=MessageResponse,
              responses=error_responses(400, 404, 422))
-def reveal_body(offset_msg_id: str, store: StoreDep, sessions: SessionsDep, clock: ClockDep, reader: Reader,
+def reveal_body(offset_msg_id: OffsetMsgIdPath, store: StoreDep, sessions: SessionsDep, clock: ClockDep, reader: Reader,
                 show: BodyPolicy, body: RevealRequest | None = None) -> dict:
     """The message with its body, for a role that sees bodies masked (viewer): the reveal is an
     audit row, and the body stays shown to this caller for 15 minutes."""
@@ -51,17 +52,17 @@ def reveal_body(offset_msg_id: str, store: StoreDep, sessions: SessionsDep, cloc
 
 
 @router.get("/api/messages/by-key", dependencies=[READ], response_model=FoundResponse,
-            responses=error_responses(400, 422))
-def by_key(store: StoreDep, show: BodyPolicy, key: Annotated[str, Query(description="A business key (KEYS).")],
+            responses=error_responses(400, 404, 422))
+def by_key(store: StoreDep, show: BodyPolicy, key: KeyQuery,
            topic: TopicFilter = None, begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
     """Messages whose keys hold `key`, newest first."""
     return _found(lookup.by_key(store, key, topic, begin, end, max), show)
 
 
 @router.get("/api/messages/by-unique-key/{unique_key}", dependencies=[READ], response_model=FoundResponse,
-            responses=error_responses(400, 422))
-def by_unique_key(unique_key: str, store: StoreDep, show: BodyPolicy, topic: TopicFilter = None, begin: Begin = 0,
-                  end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
+            responses=error_responses(400, 404, 422))
+def by_unique_key(unique_key: UniqueKeyPath, store: StoreDep, show: BodyPolicy, topic: TopicFilter = None,
+                  begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
     """Every copy of a message (original, scheduled, retry, dead letter), newest first."""
     return _found(lookup.by_unique_key(store, unique_key, topic, begin, end, max), show)
 
@@ -69,7 +70,7 @@ def by_unique_key(unique_key: str, store: StoreDep, show: BodyPolicy, topic: Top
 @router.get("/api/topics/{topic}/queues/{queue_id}/messages/{queue_offset}", dependencies=[READ],
             response_model=MessageResponse,
             responses=error_responses(400, 404, 422))
-def by_queue_offset(topic: str, store: StoreDep, show: BodyPolicy, queue_id: Annotated[int, Path(ge=0)],
+def by_queue_offset(topic: TopicPath, store: StoreDep, show: BodyPolicy, queue_id: Annotated[int, Path(ge=0)],
                     queue_offset: Annotated[int, Path(ge=0)]) -> dict:
     """The message at one queue offset."""
     msg = lookup.by_queue_offset(store, topic, queue_id, queue_offset)
@@ -78,9 +79,10 @@ def by_queue_offset(topic: str, store: StoreDep, show: BodyPolicy, queue_id: Ann
 
 @router.get("/api/search", dependencies=[READ], response_model=FoundResponse, responses=error_responses(400, 404, 422))
 def search(store: StoreDep, show: BodyPolicy,
-           q: Annotated[str, Query(description="An offset message id, a unique key, a key, or topic:queue:offset.")],
+           q: SearchQuery,
            topic: TopicFilter = None, begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX,
-           cursor: Annotated[str | None, Query(max_length=64, description="next_cursor of the page before.")] = None,
+           cursor: Annotated[str | None, Query(max_length=64, description="next_cursor of the page before.",
+                                               json_schema_extra={"pattern": search_cursor.pattern})] = None,
            ) -> dict:
     """One search box: recognises what it was given and looks it up, newest first, a page of
     `max` at a time (`next_cursor` leads to the next; null on the last page). An unknown topic is 404."""

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from app.deps import StoreDep
+from app.params import ConsumerGroupPath, GroupQuery, TopicPath
 from app.presenters import message_dict
 from app.routes import error_responses
 from app.schemas import OffsetResponse, OffsetUpdate, QueueMessagesResponse
@@ -21,13 +22,13 @@ router = APIRouter(tags=["consuming"])
 @router.get("/api/topics/{topic}/queues/{queue_id}/messages", dependencies=[READ], response_model=QueueMessagesResponse,
             responses=error_responses(400, 404, 422))
 def read_queue(
-    topic: str, store: StoreDep, show: BodyPolicy,
+    topic: TopicPath, store: StoreDep, show: BodyPolicy,
     queue_id: Annotated[int, Path(ge=0)],
     offset: Annotated[int | None, Query(ge=0, description="First queue offset to read; default: the group's "
                                         "committed offset, else the queue's first message.")] = None,
     max: Annotated[int, Query(ge=1, le=MAX_PULL_MESSAGES, description="Messages at most.")] = 32,
     tags: Annotated[str | None, Query(description="'*' or 'TagA || TagB'.")] = None,
-    group: Annotated[str | None, Query(description="Whose committed offset to start from.")] = None,
+    group: Annotated[GroupQuery, Query(description="Whose committed offset to start from.")] = None,
 ) -> dict:
     """Messages of one queue from an offset, tag-filtered, as a pull consumer sees them. Only a
     view: nothing is recorded as delivered and no offset moves (commit with PUT .../offsets).
@@ -40,7 +41,7 @@ def read_queue(
 
 @router.put("/api/groups/{group}/offsets", response_model=OffsetResponse, dependencies=[MESSAGING],
             responses=error_responses(400, 404, 422))
-def commit_offset(group: str, body: OffsetUpdate, store: StoreDep) -> OffsetResponse:
+def commit_offset(group: ConsumerGroupPath, body: OffsetUpdate, store: StoreDep) -> OffsetResponse:
     """Set the next offset the group consumes from one queue (0 to the queue's max offset): a
     pull consumer's commit, or an operator's reset. Pop-style receive keeps its own position and
     moves this offset as messages are acknowledged."""

@@ -9,8 +9,9 @@ from fastapi import APIRouter
 
 from app.deps import ReceiveGateDep, ReceiveThreadsDep, StoreDep
 from app.errors import encodable
+from app.params import ConsumerGroupPath
 from app.presenters import received_dict
-from app.routes import error_responses
+from app.routes import error_responses, link, with_links
 from app.schemas import (
     AckRequest,
     AckResponse,
@@ -27,10 +28,20 @@ from app.services import receive as service
 
 router = APIRouter(tags=["consuming"], dependencies=[MESSAGING])
 
+_HANDLE = "$response.body#/messages/0/receipt_handle"
+_SAME_GROUP = {"group": "$request.path.group"}
+# What the first message received can be answered with (the OpenAPI links clients and the fuzzer follow).
+RECEIVED_LINKS = {
+    "Ack": link("/api/groups/{group}/ack", "post", parameters=_SAME_GROUP, request_body={"receipt_handle": _HANDLE}),
+    "Nack": link("/api/groups/{group}/nack", "post", parameters=_SAME_GROUP, request_body={"receipt_handle": _HANDLE}),
+    "ChangeInvisible": link("/api/groups/{group}/change-invisible", "post", parameters=_SAME_GROUP,
+                            request_body={"receipt_handle": _HANDLE, "invisible_ms": 30_000}),
+}
+
 
 @router.post("/api/groups/{group}/receive", response_model=ReceiveResponse,
-             responses=error_responses(400, 422, 429))
-async def receive(group: str, body: ReceiveRequest, store: StoreDep, gate: ReceiveGateDep,
+             responses=with_links(error_responses(400, 422, 429), 200, **RECEIVED_LINKS))
+async def receive(group: ConsumerGroupPath, body: ReceiveRequest, store: StoreDep, gate: ReceiveGateDep,
                   threads: ReceiveThreadsDep) -> dict:
     """Up to `max` messages of the topic not yet handed out to the group, taken fairly from its
     queues. Each stays invisible to the group for `invisible_ms`; ack it with its receipt handle
@@ -48,7 +59,7 @@ async def receive(group: str, body: ReceiveRequest, store: StoreDep, gate: Recei
 
 @router.post("/api/groups/{group}/ack", response_model=AckResponse, response_model_exclude_none=True,
              responses=error_responses(400, 422))
-def ack(group: str, body: AckRequest, store: StoreDep) -> AckResponse:
+def ack(group: ConsumerGroupPath, body: AckRequest, store: StoreDep) -> AckResponse:
     """Acknowledge received messages: the message is done for the group.
 
     `{"receipt_handle": h}` acknowledges one; a handle that is malformed, unknown, stale (a newer
@@ -65,7 +76,7 @@ def ack(group: str, body: AckRequest, store: StoreDep) -> AckResponse:
 
 
 @router.post("/api/groups/{group}/nack", response_model=OkResponse, responses=error_responses(400, 422))
-def nack(group: str, body: NackRequest, store: StoreDep) -> OkResponse:
+def nack(group: ConsumerGroupPath, body: NackRequest, store: StoreDep) -> OkResponse:
     """Report that the consumer failed the message: it is delivered again after the retry
     backoff, or moved to %DLQ%group once the group's max_reconsume_times is used up."""
     service.nack(store, group, body.receipt_handle, body.reason)
@@ -74,7 +85,8 @@ def nack(group: str, body: NackRequest, store: StoreDep) -> OkResponse:
 
 @router.post("/api/groups/{group}/change-invisible", response_model=ChangeInvisibleResponse,
              responses=error_responses(400, 422))
-def change_invisible(group: str, body: ChangeInvisibleRequest, store: StoreDep) -> ChangeInvisibleResponse:
+def change_invisible(group: ConsumerGroupPath, body: ChangeInvisibleRequest,
+                     store: StoreDep) -> ChangeInvisibleResponse:
     """Keep the message invisible for `invisible_ms` from now (same delivery attempt). The answer
     holds a new receipt handle; the old one is refused from then on."""
     handle = service.change_invisible(store, group, body.receipt_handle, body.invisible_ms)

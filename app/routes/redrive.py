@@ -45,7 +45,7 @@ def create(body: RedriveJobCreate, request: Request, store: StoreDep, sessions: 
     f = body.filter
     wanted = Filter(f.begin or 0, f.end, f.key, f.tag, f.reason, f.state)
     destination = body.destination.model_dump() if hasattr(body.destination, "model_dump") else body.destination
-    view = redrive.create_job(store, sessions, clock, request.app.state.dead_letter_reasons, body.group, wanted,
+    view = redrive.create_job(store, sessions, clock, request.app.state.dead_letters, body.group, wanted,
                               destination=destination, rate_per_s=body.rate_per_s, dry_run=body.dry_run,
                               actor=actor, reason=body.reason, max_dead_share=body.max_dead_share,
                               idempotency_key=idempotency_key)

@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request
 
 from app.deps import ClockDep, SessionsDep, StoreDep
+from app.params import GroupPath, OffsetMsgIdPath
 from app.routes import error_responses
 from app.schemas import (
     DlqResendRequest,
@@ -36,8 +37,8 @@ def _destination(value) -> object:
 
 @router.post("/api/messages/{offset_msg_id}/resend", response_model=ResendResponse,
              responses=error_responses(400, 404, 409, 422, 429))
-def resend_one(offset_msg_id: str, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
-               actor: Resender, idempotency_key: IdempotencyKey = None,
+def resend_one(offset_msg_id: OffsetMsgIdPath, request: Request, store: StoreDep, sessions: SessionsDep,
+               clock: ClockDep, actor: Resender, idempotency_key: IdempotencyKey = None,
                body: SingleResendRequest | None = None) -> ResendResponse:
     """Resend one dead letter (a message of a %DLQ% topic, by offset message id) as a fresh
     delivery with the same body, keys, tags and unique key: by default to the failed group only,
@@ -63,7 +64,7 @@ def resend_one(offset_msg_id: str, request: Request, store: StoreDep, sessions: 
 
 @router.post("/api/dlq/{group}/resend", response_model=DlqResendResponse,
              responses=error_responses(400, 404, 409, 422, 429))
-def resend_many(group: str, body: DlqResendRequest, request: Request, store: StoreDep, sessions: SessionsDep,
+def resend_many(group: GroupPath, body: DlqResendRequest, request: Request, store: StoreDep, sessions: SessionsDep,
                 clock: ClockDep, actor: Resender, idempotency_key: IdempotencyKey = None) -> DlqResendResponse:
     """Resend dead letters of a group, named by offset message id or unique key. A result per
     id, in order: ok (with the new copy's id), failed or not_found (with why), or would_resend

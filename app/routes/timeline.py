@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.deps import StoreDep
+from app.params import MessageIdPath
 from app.routes import error_responses
 from app.schemas import TimelineResponse
 from app.security import READ
@@ -16,7 +17,7 @@ router = APIRouter(tags=["messages"])
 
 @router.get("/api/messages/{message_id}/timeline", dependencies=[READ], response_model=TimelineResponse,
             response_model_exclude_none=True, responses=error_responses(400, 404))
-def timeline(message_id: str, store: StoreDep) -> dict:
+def timeline(message_id: MessageIdPath, store: StoreDep) -> dict:
     """Every recorded event of a message, oldest first, across its copies (original, scheduled,
     retry, dead letter, resent): stored, scheduled, released, delivered, acked, failed,
     invisible_timeout, retry, dead_letter, resent, duplicate. `message_id` is its unique key or

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.deps import ClockDep, SessionsDep, StoreDep
+from app.params import TopicPath
 from app.routes import error_responses
 from app.schemas import TopicOut, TopicResponse, TopicsResponse, TopicUpdate
 from app.security import READ, Configurer
@@ -20,7 +21,7 @@ def list_topics(store: StoreDep) -> TopicsResponse:
 
 
 @router.put("/api/topics/{topic}", response_model=TopicResponse, responses=error_responses(400, 403, 422))
-def put_topic(topic: str, update: TopicUpdate, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+def put_topic(topic: TopicPath, update: TopicUpdate, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
               actor: Configurer) -> TopicResponse:
     """Create a topic or change its queue count or permission (unset fields keep their value).
     Needs the operator role; audited with the settings before and after."""

@@ -86,15 +86,43 @@ class Inbox:
     truncated: bool  # more than MAX_SCAN dead letters: the oldest were not looked at
 
 
-class ReasonCache:
-    """Why each dead letter failed, from the trace (it never changes once written)."""
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What the inbox filters, counts and sorts a dead letter by; a page's rows read the record."""
 
-    def __init__(self, size: int = 100_000):
+    store_timestamp: int
+    phys_offset: int
+    offset_msg_id: str
+    unique_key: str | None
+    keys: tuple[str, ...]
+    tags: str | None
+    resent_from: str | None  # the dead letter whose resent copy this one is
+
+    @classmethod
+    def of(cls, msg: StoredMessage) -> Summary:
+        return cls(msg.store_timestamp, msg.phys_offset, msg.offset_msg_id, msg.unique_key, tuple(msg.keys),
+                   msg.tags, msg.properties.get(RESENT_FROM_PROPERTY))
+
+
+@dataclass
+class _QueueSummaries:
+    first: int  # queue offset of summaries[0]
+    summaries: list[Summary | None]  # None: expired or unreadable when it was read
+
+
+class DeadLetterCache:
+    """What never changes once a dead letter is written: its summary and why it failed. The
+    summaries of each dead-letter queue are kept from one request to the next, so a request reads
+    only the dead letters written since the last one, not the whole queue (nor holds it)."""
+
+    def __init__(self, reasons: int = 100_000):
         self._reasons: OrderedDict[int, str] = OrderedDict()
-        self._size = size
+        self._size = reasons
+        self._queues: dict[tuple[str, int], _QueueSummaries] = {}
         self._lock = threading.Lock()
+        self._reading = threading.Lock()
 
-    def get(self, store: MessageStore, msg: StoredMessage) -> str:
+    def reason(self, store: MessageStore, msg: Summary | StoredMessage) -> str:
         with self._lock:
             if msg.phys_offset in self._reasons:
                 return self._reasons[msg.phys_offset]
@@ -105,8 +133,42 @@ class ReasonCache:
                 self._reasons.popitem(last=False)
         return reason
 
+    def summaries(self, store: MessageStore, names: list[str]) -> tuple[list[Summary], bool]:
+        """Every dead letter of the topics, newest first (at most MAX_SCAN per queue); True when
+        older ones were left out."""
+        found: list[Summary] = []
+        truncated = False
+        queues = store.topics()
+        with self._reading:
+            for name in names:
+                for queue_id, lo, hi in queues.get(name, []):
+                    kept = self._caught_up(store, name, queue_id, lo, hi)
+                    truncated = truncated or kept.first > lo
+                    found += [summary for summary in kept.summaries if summary is not None]
+        found.sort(key=lambda m: (m.store_timestamp, m.phys_offset), reverse=True)
+        return found, truncated
 
-def _reason_from_trace(store: MessageStore, msg: StoredMessage) -> str:
+    def _caught_up(self, store: MessageStore, name: str, queue_id: int, lo: int, hi: int) -> _QueueSummaries:
+        window = max(lo, hi - MAX_SCAN)  # a request looks at the newest MAX_SCAN of a queue
+        kept = self._queues.get((name, queue_id))
+        if kept is None or not window <= kept.first + len(kept.summaries) <= hi:  # new, cut back, or all expired
+            kept = self._queues[(name, queue_id)] = _QueueSummaries(window, [])
+        end = kept.first + len(kept.summaries)
+        kept.summaries += [_summary(store, name, queue_id, offset) for offset in range(end, hi)]
+        if window > kept.first:
+            del kept.summaries[:window - kept.first]
+            kept.first = window
+        return kept
+
+
+def _summary(store: MessageStore, name: str, queue_id: int, offset: int) -> Summary | None:
+    try:
+        return Summary.of(store.get_by_queue_offset(name, queue_id, offset))
+    except StoreError:
+        return None  # expired or unreadable: not in the inbox
+
+
+def _reason_from_trace(store: MessageStore, msg: Summary | StoredMessage) -> str:
     try:
         events = store.timeline(msg.unique_key or msg.offset_msg_id)
     except StoreError:
@@ -134,28 +196,16 @@ def dead_letter_topics(store: MessageStore, group: str | None) -> list[str]:
         store.metadata.group(group)  # checks the name
         name = topics.dlq_topic(group)
         if store.metadata.topic(name) is None and name not in store.topics():
+            if _known_group(store, group):
+                return []  # a group that has not dead-lettered anything yet: an empty inbox
             raise NotFoundError(f"group {group} has no dead letters (no {name} topic)")
         return [name]
     return sorted(t for t in store.topics() if topics.is_dlq_topic(t))
 
 
-def _scan(store: MessageStore, names: list[str]) -> tuple[list[StoredMessage], bool]:
-    """Every dead letter of the topics, newest first (at most MAX_SCAN)."""
-    found: list[StoredMessage] = []
-    truncated = False
-    queues = store.topics()
-    for name in names:
-        for queue_id, lo, hi in queues.get(name, []):
-            for offset in range(hi - 1, lo - 1, -1):
-                if len(found) >= MAX_SCAN:
-                    truncated = True
-                    break
-                try:
-                    found.append(store.get_by_queue_offset(name, queue_id, offset))
-                except StoreError:
-                    continue  # expired or unreadable: not in the inbox
-    found.sort(key=lambda m: (m.store_timestamp, m.phys_offset), reverse=True)
-    return found, truncated
+def _known_group(store: MessageStore, group: str) -> bool:
+    """Someone set the group up or it has consumed: not a typo of a group name."""
+    return any(g.name == group for g in store.metadata.groups()) or bool(store.offsets.of_group(group))
 
 
 def copy_state(store: MessageStore, group: str, offset_msg_id: str | None) -> str:
@@ -172,7 +222,7 @@ def copy_state(store: MessageStore, group: str, offset_msg_id: str | None) -> st
 
 @dataclass
 class _Matches:
-    matching: list[tuple[StoredMessage, str]]  # (dead letter, state), newest first
+    matching: list[tuple[Summary, str]]  # (dead letter, state), newest first
     counts: dict[str, int]
     oldest_waiting: int | None
     truncated: bool
@@ -180,19 +230,17 @@ class _Matches:
     dead_again: dict[str, str]
 
 
-def _match(store: MessageStore, sessions: sessionmaker[Session], now: int, reasons: ReasonCache,
+def _match(store: MessageStore, sessions: sessionmaker[Session], now: int, cache: DeadLetterCache,
            group: str | None, wanted: Filter) -> _Matches:
-    all_dead, truncated = _scan(store, dead_letter_topics(store, group))
-    by_id = {m.offset_msg_id: m for m in all_dead}
+    all_dead, truncated = cache.summaries(store, dead_letter_topics(store, group))
     dead_again: dict[str, str] = {}  # dead letter -> the newer dead letter of its resent copy
     for msg in all_dead:
-        earlier = msg.properties.get(RESENT_FROM_PROPERTY)
-        if earlier is not None and earlier not in dead_again:
-            dead_again[earlier] = msg.offset_msg_id
-    resends = resent_before(sessions, list(by_id))
+        if msg.resent_from is not None and msg.resent_from not in dead_again:
+            dead_again[msg.resent_from] = msg.offset_msg_id
+    resends = resent_before(sessions, [m.offset_msg_id for m in all_dead])
     end = wanted.end if wanted.end is not None else now + 365 * 24 * 3600 * 1000
     needle = wanted.reason.lower() if wanted.reason else None
-    matching: list[tuple[StoredMessage, str]] = []
+    matching: list[tuple[Summary, str]] = []
     counts = dict.fromkeys(STATES, 0)
     oldest_waiting = None
     for msg in all_dead:
@@ -202,7 +250,7 @@ def _match(store: MessageStore, sessions: sessionmaker[Session], now: int, reaso
             continue
         if wanted.tag is not None and msg.tags != wanted.tag:
             continue
-        if needle is not None and needle not in reasons.get(store, msg).lower():
+        if needle is not None and needle not in cache.reason(store, msg).lower():
             continue
         state = ("failed_again" if msg.offset_msg_id in dead_again
                  else "resent" if msg.offset_msg_id in resends else "waiting")
@@ -214,28 +262,34 @@ def _match(store: MessageStore, sessions: sessionmaker[Session], now: int, reaso
     return _Matches(matching, counts, oldest_waiting, truncated, resends, dead_again)
 
 
-def inbox(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, reasons: ReasonCache,
+def inbox(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: DeadLetterCache,
           group: str | None, wanted: Filter, cursor: str | None = None, limit: int = 50) -> Inbox:
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequestError(f"limit is between 1 and {MAX_LIMIT}")
     after = _cursor(cursor)
     now = clock.now_ms()
-    found = _match(store, sessions, now, reasons, group, wanted)
+    found = _match(store, sessions, now, cache, group, wanted)
     matching = found.matching
     page_from = 0
     if after is not None:
         page_from = next((i for i, (m, _) in enumerate(matching)
                           if (m.store_timestamp, m.phys_offset) < after), len(matching))
     page = matching[page_from:page_from + limit]
-    rows = [_row(store, reasons, msg, state, found.resends.get(msg.offset_msg_id),
-                 found.dead_again.get(msg.offset_msg_id), now) for msg, state in page]
+    rows = [row for row in (_row(store, cache, found, summary, state, now) for summary, state in page) if row]
     more = page_from + limit < len(matching)
     next_cursor = f"{page[-1][0].store_timestamp}-{page[-1][0].phys_offset}" if more and page else None
     return Inbox(group, rows, next_cursor, len(matching), found.counts, found.oldest_waiting, found.truncated)
 
 
-def _row(store: MessageStore, reasons: ReasonCache, msg: StoredMessage, state: str, item: ResendItem | None,
-         dead_again: str | None, now: int) -> DeadLetter:
+def _row(store: MessageStore, cache: DeadLetterCache, found: _Matches, summary: Summary, state: str,
+         now: int) -> DeadLetter | None:
+    """The dead letter's row, read whole; None when it expired since it was summarized."""
+    try:
+        msg = store.read(summary.phys_offset)
+    except StoreError:
+        return None
+    item = found.resends.get(msg.offset_msg_id)
+    dead_again = found.dead_again.get(msg.offset_msg_id)
     group = group_of(msg.topic)
     expiry = store.expires_at(msg.phys_offset)
     resend = None
@@ -245,24 +299,24 @@ def _row(store: MessageStore, reasons: ReasonCache, msg: StoredMessage, state: s
                   "copy_state": "failed_again" if dead_again else copy_state(store, group, item.new_offset_msg_id)}
     return DeadLetter(
         offset_msg_id=msg.offset_msg_id, unique_key=msg.unique_key, group=group, topic=msg.topic,
-        original_topic=origin_topic(msg), keys=msg.keys, tags=msg.tags, reason=reasons.get(store, msg),
+        original_topic=origin_topic(msg), keys=msg.keys, tags=msg.tags, reason=cache.reason(store, summary),
         reconsume_times=msg.reconsume_times, store_timestamp=msg.store_timestamp, age_ms=now - msg.store_timestamp,
-        expires_at=expiry.at_ms if expiry is not None else None, state=state,
-        resent_after=msg.properties.get(RESENT_FROM_PROPERTY), resend=resend, dead_again=dead_again,
-        phys_offset=msg.phys_offset)
+        expires_at=expiry.at_ms if expiry is not None else None, state=state, resent_after=summary.resent_from,
+        resend=resend, dead_again=dead_again, phys_offset=msg.phys_offset)
 
 
-def matching_rows(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, reasons: ReasonCache,
+def matching_rows(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: DeadLetterCache,
                   group: str, wanted: Filter) -> Iterator[DeadLetter]:
     """Every dead letter the filter matches, newest first, from one scan (for the exports)."""
     now = clock.now_ms()
-    found = _match(store, sessions, now, reasons, group, wanted)
-    for msg, state in found.matching:
-        yield _row(store, reasons, msg, state, found.resends.get(msg.offset_msg_id),
-                   found.dead_again.get(msg.offset_msg_id), now)
+    found = _match(store, sessions, now, cache, group, wanted)
+    for summary, state in found.matching:
+        row = _row(store, cache, found, summary, state, now)
+        if row is not None:
+            yield row
 
 
-def matching_ids(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, reasons: ReasonCache,
+def matching_ids(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: DeadLetterCache,
                  group: str, wanted: Filter) -> list[str]:
     """The offset ids of every dead letter the filter matches, newest first (for "resend all matching")."""
-    return [msg.offset_msg_id for msg, _ in _match(store, sessions, clock.now_ms(), reasons, group, wanted).matching]
+    return [msg.offset_msg_id for msg, _ in _match(store, sessions, clock.now_ms(), cache, group, wanted).matching]

@@ -11,6 +11,10 @@ class InvalidRequestError(ServiceError, ValueError):
     """The request breaks a rule (bad base64, conflicting fields, too many messages...)."""
 
 
+class PayloadTooLargeError(ServiceError):
+    """The request carries more than a limit allows (the bodies of a produce batch together...)."""
+
+
 class ForbiddenError(ServiceError):
     """The request is well formed but not allowed (a producer sending to a system topic...)."""
 

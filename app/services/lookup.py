@@ -129,11 +129,11 @@ def search(store: MessageStore, query: str, topic: str | None = None, begin: int
     text = (query or "").strip()
     if not text:
         raise InvalidRequestError("type an offset message id, a unique key, a key or topic:queue:offset")
-    address = QUEUE_ADDRESS.match(text)
+    address = QUEUE_ADDRESS.fullmatch(text)
     if address:
         msg = by_queue_offset(store, address["topic"], int(address["queue"]), int(address["offset"]))
         return Found([msg], False, [address["topic"]], "queue offset")
-    if HEX_ID.match(text):
+    if HEX_ID.fullmatch(text):
         try:
             return Found([by_offset_id(store, text)], False, [], "offset message id")
         except (InvalidRequestError, NotFoundError):

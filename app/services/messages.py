@@ -7,7 +7,7 @@ import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.services.errors import InvalidRequestError
+from app.services.errors import InvalidRequestError, PayloadTooLargeError
 from app.services.topics import check_producer_topic
 from store.broker.record_builder import NewMessage
 from store.format import topics
@@ -64,7 +64,7 @@ def to_new_message(topic: str, item: MessageInput, where: str = "message") -> Ne
                       queue_id=item.queue_id, delay_level=item.delay_level or 0)
 
 
-def new_messages(topic: str, items: Sequence[MessageInput]) -> list[NewMessage]:
+def new_messages(topic: str, items: Sequence[MessageInput], max_batch_bytes: int) -> list[NewMessage]:
     """The store's messages for one produce request, checked: a bad one rejects them all."""
     check_producer_topic(topic)
     if not items:
@@ -72,4 +72,9 @@ def new_messages(topic: str, items: Sequence[MessageInput]) -> list[NewMessage]:
     if len(items) > MAX_MESSAGES_PER_REQUEST:
         raise InvalidRequestError(f"{len(items)} messages in one request: at most {MAX_MESSAGES_PER_REQUEST}")
     single = len(items) == 1
-    return [to_new_message(topic, item, "message" if single else f"message {i}") for i, item in enumerate(items)]
+    batch = [to_new_message(topic, item, "message" if single else f"message {i}") for i, item in enumerate(items)]
+    total = sum(len(m.body) for m in batch)
+    if not single and total > max_batch_bytes:
+        raise PayloadTooLargeError(f"the {len(batch)} bodies take {total} bytes together: at most {max_batch_bytes} "
+                                   "in one request (split the batch)")
+    return batch

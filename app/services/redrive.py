@@ -120,7 +120,7 @@ def job_items(sessions: sessionmaker[Session], job_id: int) -> list[ResendItem]:
         return list(s.scalars(select(ResendItem).where(ResendItem.job_id == job_id).order_by(ResendItem.id)))
 
 
-def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, reasons: dead_letters.ReasonCache,
+def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: dead_letters.DeadLetterCache,
                group: str, wanted: dead_letters.Filter, *, destination: object, rate_per_s: int, dry_run: bool,
                actor: Principal, reason: str | None = None, max_dead_share: float = 0.5,
                idempotency_key: str | None = None) -> JobView:
@@ -131,7 +131,7 @@ def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Cloc
     if not 0 < max_dead_share <= 1:
         raise InvalidRequestError("max_dead_share is above 0 and at most 1")
     where = Destination.parse(destination)
-    matched = dead_letters.matching_ids(store, sessions, clock, reasons, group, wanted)
+    matched = dead_letters.matching_ids(store, sessions, clock, cache, group, wanted)
     if len(matched) > MAX_ITEMS:
         raise InvalidRequestError(f"{len(matched)} dead letters match: a job takes at most {MAX_ITEMS}; narrow "
                                   "the filter")

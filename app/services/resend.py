@@ -173,13 +173,19 @@ def find_dead_letter(store: MessageStore, group: str | None, message_id: str) ->
     return dead
 
 
+LOOKUP_CHUNK = 500
+
+
 def resent_before(sessions: sessionmaker[Session], dead_letter_ids: Iterable[str]) -> dict[str, ResendItem]:
     """The latest item that resent (or may have resent: pending) each of these dead letters."""
     wanted = list(dict.fromkeys(dead_letter_ids))
     found: dict[str, ResendItem] = {}
     with sessions() as s:
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start:start + 500]
+        for start in range(0, len(wanted), LOOKUP_CHUNK):
+            chunk = wanted[start:start + LOOKUP_CHUNK]
+            # Always LOOKUP_CHUNK values: one statement text, so the database keeps one prepared
+            # statement rather than one per chunk length (each of hundreds of parameters).
+            chunk += [chunk[-1]] * (LOOKUP_CHUNK - len(chunk))
             for item in s.scalars(select(ResendItem).where(ResendItem.dead_letter_id.in_(chunk),
                                                            ResendItem.status.in_((OK, PENDING)))
                                   .order_by(ResendItem.id)):

@@ -38,7 +38,7 @@ def _stored_event(msg: StoredMessage) -> TraceEvent:
 
 
 def _check_id(message_id: str) -> None:
-    if not MESSAGE_ID.match(message_id):
+    if not MESSAGE_ID.fullmatch(message_id):
         raise InvalidRequestError(f"malformed message id {message_id[:64]!r}: a unique key or an offset message id "
                                   "is 16 to 128 hex characters")
 

@@ -19,7 +19,8 @@ PERM_READ = 4
 PERM_WRITE = 2
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
 MAX_QUEUES = 1024
-MAX_GROUP_BYTES = 255
+MAX_GROUP_BYTES = 255  # RocketMQ's own limit: a store it wrote may hold such groups
+MAX_CONSUMING_GROUP_BYTES = topics.MAX_TOPIC_BYTES - len(topics.RETRY_PREFIX)
 GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 DEFAULT_RETRY_MAX_TIMES = 16
 
@@ -93,9 +94,23 @@ def checked_topic(config: TopicConfig) -> TopicConfig:
     return config
 
 
+def consuming_group(name: str) -> str:
+    """A group name that can consume: checked like any group, and short enough that its
+    %RETRY% and %DLQ% topics fit the topic length limit (a longer one could never retry or
+    dead-letter). Raised where a group is created or first used, so the error reaches a person."""
+    checked_group(GroupConfig(name))
+    size = len(name.encode())
+    if size > MAX_CONSUMING_GROUP_BYTES:
+        raise MetadataError(f"group name {name[:24]!r}... is {size} bytes: a consumer group name is at most "
+                            f"{MAX_CONSUMING_GROUP_BYTES} bytes, so that its retry topic {topics.RETRY_PREFIX}<group> "
+                            f"and dead-letter topic {topics.DLQ_PREFIX}<group> fit the {topics.MAX_TOPIC_BYTES}-byte "
+                            "topic limit")
+    return name
+
+
 def checked_group(config: GroupConfig) -> GroupConfig:
     name = config.name
-    if not isinstance(name, str) or not GROUP_NAME.match(name) or len(name.encode()) > MAX_GROUP_BYTES:
+    if not isinstance(name, str) or not GROUP_NAME.fullmatch(name) or len(name.encode()) > MAX_GROUP_BYTES:
         raise MetadataError(f"invalid group name {name!r}: use letters, digits, '%', '|', '_' or '-' "
                             f"(at most {MAX_GROUP_BYTES} bytes)")
     if not 0 <= config.max_reconsume_times <= 10_000:
@@ -149,8 +164,8 @@ class Metadata:
     def put_topic(self, config: TopicConfig) -> TopicConfig:
         checked_topic(config)
         with self._lock:
+            self._save_topics({**self._topics, config.name: config})
             self._topics[config.name] = config
-            self._save_topics()
         return config
 
     def topic_for_send(self, name: str) -> TopicConfig:
@@ -183,15 +198,16 @@ class Metadata:
         """Register topics that have consume queues on disk but no metadata (a store written
         without config files): `found` maps each to its highest queue id + 1."""
         with self._lock:
-            missing = {name: queues for name, queues in found.items() if name not in self._topics}
-            for name, queues in missing.items():
-                self._topics[name] = TopicConfig(name, queues=min(MAX_QUEUES, max(queues, 1)))
+            missing = {name: TopicConfig(name, queues=min(MAX_QUEUES, max(queues, 1)))
+                       for name, queues in found.items() if name not in self._topics}
             if missing:
-                self._save_topics()
+                self._save_topics({**self._topics, **missing})
+                self._topics.update(missing)
 
-    def _save_topics(self) -> None:
+    def _save_topics(self, table: dict[str, TopicConfig]) -> None:
+        """Write the topic table; the caller changes its memory only after this returns."""
         if self.writable:
-            write_config(self.topics_path, {"topicConfigTable": {n: t.to_json() for n, t in self._topics.items()}})
+            write_config(self.topics_path, {"topicConfigTable": {n: t.to_json() for n, t in table.items()}})
 
     # -- groups ------------------------------------------------------------------------------
     def group(self, name: str) -> GroupConfig:
@@ -205,11 +221,12 @@ class Metadata:
 
     def put_group(self, config: GroupConfig) -> GroupConfig:
         checked_group(config)
+        consuming_group(config.name)
         with self._lock:
-            self._groups[config.name] = config
+            table = {**self._groups, config.name: config}
             if self.writable:
-                write_config(self.groups_path,
-                             {"subscriptionGroupTable": {n: g.to_json() for n, g in self._groups.items()}})
+                write_config(self.groups_path, {"subscriptionGroupTable": {n: g.to_json() for n, g in table.items()}})
+            self._groups[config.name] = config
         return config
 
     def update_group(self, name: str, **changes) -> GroupConfig:

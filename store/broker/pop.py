@@ -46,9 +46,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from store.broker.metadata import GroupConfig, TopicConfig
+from store.broker.metadata import GroupConfig, TopicConfig, consuming_group
 from store.broker.pop_state import InFlight, PopState, PopStateFile, Subscription, load_state
-from store.broker.pull import NotReadableError, TagFilter, check_consumable
+from store.broker.pull import TagFilter, check_consumable
 from store.broker.receipt import ReceiptHandleError, decode_handle, new_handle
 from store.broker.retry import retry_delay_level, with_retry_origin
 from store.broker.trace import TraceEvent, TraceKind
@@ -121,7 +121,9 @@ class PopService:
         self._store = store
         self.state: PopState = load_state(store.paths.config, self._queue_bounds, self._unit_phys)
         self.state_file = PopStateFile(store.paths.config, self.state, store._lock)
-        self._retired: OrderedDict[str, str] = OrderedDict()  # old handle -> why it is refused
+        # hash of an old handle -> why it is refused (a hash, not the handle's text: a tenth of the
+        # memory; two handles that share one could only swap the explanations of their refusals)
+        self._retired: OrderedDict[int, str] = OrderedDict()
         # Nonces only tell deliveries apart (handles are checked against the table), so one seed
         # from the OS will do: a system call per handle costs more than the rest of a receive.
         self._nonces = random.Random(os.urandom(16))
@@ -143,6 +145,7 @@ class PopService:
     # -- receive -----------------------------------------------------------------------------
     def receive(self, group: str, topic: str, max_messages: int, invisible_ms: int, tags: str | None = None,
                 wait_ms: int = 0) -> list[Received]:
+        consuming_group(group)
         _check_int("max_messages", max_messages, 1, MAX_MESSAGES)
         _check_int("invisible_ms", invisible_ms, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
         _check_int("wait_ms", wait_ms, 0, MAX_WAIT_MS)
@@ -210,8 +213,6 @@ class PopService:
 
     def _readable_topic(self, topic: str) -> TopicConfig | None:
         topics.validate_topic(topic)
-        if topic == topics.SCHEDULE_TOPIC:
-            raise NotReadableError(f"{topic} holds delayed messages until they are due; it cannot be consumed")
         config = self._store.metadata.topic(topic)
         check_consumable(topic, config is None or config.readable)
         return config
@@ -343,9 +344,15 @@ class PopService:
         with store._writing():
             now = store.clock.now_ms()
             sub, entry = self._current(group, receipt_handle, now)
+            group_config = store.metadata.group(group)
+            if entry.attempt >= group_config.max_reconsume_times + 1:
+                # The dead letter must be writable before anything changes: a full disk refuses the
+                # nack (DiskFullError) and the handle stays good for the consumer's next try.
+                store._room_for_change()
+                store.metadata.topic_for_send(topics.dlq_topic(group))
             events: list[TraceEvent] = []
             self._retire(receipt_handle, "receipt handle no longer valid: the message was already nacked")
-            self._fail(sub, entry, now, reason, store.metadata.group(group), now, events, timed_out=False)
+            self._fail(sub, entry, now, reason, group_config, now, events, timed_out=False)
             self.state_file.mark_changed()
             self._commit(sub, {entry.queue_id})
             store._trace(events, now)
@@ -374,7 +381,7 @@ class PopService:
                 raise ReceiptHandleError(f"expired receipt handle: the invisible time of attempt {entry.attempt} "
                                          f"ran out at {entry.due_ms}; the message will be delivered again")
             return sub, entry
-        why = self._retired.get(text)
+        why = self._retired.get(hash(text))
         if why is not None:
             raise ReceiptHandleError(why)
         if entry is not None and handle.generation < entry.generation:
@@ -387,7 +394,7 @@ class PopService:
         raise ReceiptHandleError("unknown receipt handle: no delivery of this store has it")
 
     def _retire(self, handle: str, why: str) -> None:
-        self._retired[handle] = why
+        self._retired[hash(handle)] = why
         if len(self._retired) > REMEMBERED_HANDLES:
             self._retired.popitem(last=False)
 

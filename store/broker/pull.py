@@ -54,6 +54,9 @@ class PullResult:
 
 
 def check_consumable(topic: str, readable: bool) -> None:
+    if topics.holds_for_later(topic):
+        raise NotReadableError(f"{topic} holds messages until their time or their transaction's end; it cannot be "
+                               "consumed (they are delivered to their own topic then)")
     if topics.is_dlq_topic(topic):
         raise NotReadableError(f"{topic} is a dead-letter topic: resend its messages instead of consuming them")
     if not readable:

@@ -43,7 +43,7 @@ def origin_topic(dead_letter: StoredMessage) -> str | None:
     props = dead_letter.properties
     for name in (topics.DLQ_ORIGIN_TOPIC, topics.RETRY_TOPIC, topics.REAL_TOPIC):
         value = props.get(name)
-        if value and not topics.is_retry_topic(value):
+        if value and not topics.is_retry_topic(value) and not topics.holds_for_later(value):
             return value
     return None
 

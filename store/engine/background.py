@@ -6,6 +6,7 @@ from __future__ import annotations
 from store.broker.schedule import MAX_DELIVERIES_PER_PASS, DeliveryPass
 from store.broker.trace import TraceEvent, TraceKind
 from store.errors import (
+    DiskFullError,
     InvalidMessageError,
     StoreError,
 )
@@ -24,7 +25,11 @@ class BackgroundWork:
         if self.dispatcher.dispatched_to < self.commitlog.end:
             with self._dispatch_lock:
                 if not self._closed:
-                    self.dispatcher.dispatch_pending()
+                    try:
+                        self.dispatcher.dispatch_pending()
+                    except DiskFullError as exc:  # reads go on over what is projected; space freed, a pass
+                        self.dispatch_error = exc  # projects the rest (the records are safe in the log)
+                        self._disk_guard.recheck()
 
     def _dispatch_loop(self) -> None:
         """Project appended records into consume queues and index in whatever batches have
@@ -43,6 +48,8 @@ class BackgroundWork:
                 self.dispatch_error = None
             except Exception as exc:  # readers catch up themselves and see it; the next append retries
                 self.dispatch_error = exc
+                if isinstance(exc, DiskFullError):
+                    self._disk_guard.recheck()
             finally:
                 self._dispatch_lock.release()
 

@@ -9,6 +9,9 @@ from store.broker.dedupe import DEFAULT_WINDOW_MS
 from store.log.geometry import StoreGeometry
 from store.log.retention import DEFAULT_RESERVED_HOURS
 
+MAX_MIN_FREE_BYTES = 64 * 1024 * 1024
+MIN_MIN_FREE_BYTES = 4 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class StoreConfig:
@@ -28,7 +31,17 @@ class StoreConfig:
     trace: bool = True  # record lifecycle events in the trace topic
     dedupe_window_ms: int = DEFAULT_WINDOW_MS  # 0: store every send, even one with a known unique key
     disk_max_used_ratio: float = 0.95  # producers' sends are refused above this (RocketMQ: 0.90)
-    disk_min_free_bytes: int = 64 * 1024 * 1024
+    # None: scaled to the geometry, room for one more of each file (at most 64 MiB), so a small
+    # store on a small disk works
+    disk_min_free_bytes: int | None = None
     put_wait_ms: int = 1000  # a send that waits longer than this for the store is refused (busy)
     file_reserved_hours: float = DEFAULT_RESERVED_HOURS
     retention_check_ms: int = 0  # > 0: a thread deletes expired segments this often
+
+    def min_free_bytes(self) -> int:
+        """The free space below which writes are refused."""
+        if self.disk_min_free_bytes is not None:
+            return self.disk_min_free_bytes
+        g = self.geometry
+        one_of_each = g.commitlog_file_size + g.cq_file_size + g.index_file_size
+        return min(MAX_MIN_FREE_BYTES, max(MIN_MIN_FREE_BYTES, one_of_each))

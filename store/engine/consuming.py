@@ -3,7 +3,7 @@ back to retry or dead letter, and an operator's resend and offset reset."""
 
 from __future__ import annotations
 
-from store.broker.metadata import GroupConfig, checked_group
+from store.broker.metadata import consuming_group
 from store.broker.pop import Received
 from store.broker.pull import SCAN_LIMIT_FACTOR, PullResult, TagFilter, check_consumable, check_pull_size
 from store.broker.receipt import ReceiptHandleError
@@ -56,7 +56,7 @@ class Consuming:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record that `group` consumed `topic`:`queue_id` up to (not including) `offset`."""
-        checked_group(GroupConfig(group))
+        consuming_group(group)
         topics.validate_topic(topic)
         if type(queue_id) is not int or queue_id < 0:
             raise InvalidIdError(f"invalid queue id {queue_id!r}")
@@ -139,6 +139,7 @@ class Consuming:
         """An operator moves the group's consumer offsets of the topic's queues: pull consumers
         and receives (pop) both go on from there."""
         with self._writing():
+            self._room_for_change()
             for queue_id, offset in offsets.items():
                 self.offsets.commit(topic, group, queue_id, offset)
                 self.pop.reset_offset(group, topic, queue_id, offset)

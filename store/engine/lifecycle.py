@@ -27,8 +27,10 @@ from store.broker.timer import TimerService
 from store.clock import Clock, SystemClock
 from store.engine.config import StoreConfig
 from store.errors import (
+    DiskFullError,
     StoreLockedError,
     StoreNotFoundError,
+    is_no_space,
 )
 from store.format import ids
 from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
@@ -41,6 +43,9 @@ from store.log.paths import LOCK_CONTENT
 from store.projections.consume_queue import ConsumeQueues
 from store.projections.dispatch import Dispatcher
 from store.projections.index import IndexService
+
+# The newest bytes of the log stay mapped after a flush: the dispatcher, receives and lookups read them.
+RESIDENT_TAIL_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,9 @@ class StoreLifecycle:
         self._take_lock()
         self.abnormal_shutdown = self.paths.abort.exists()
         self.paths.abort.touch()
-        self._disk_guard = DiskGuard(root, self.config.disk_max_used_ratio, self.config.disk_min_free_bytes)
+        if not self.paths.checkpoint.exists():  # its page is taken now, while there is room (RocketMQ does so too)
+            Checkpoint().write(self.paths.checkpoint)
+        self._disk_guard = DiskGuard(root, self.config.disk_max_used_ratio, self.config.min_free_bytes())
         self.commitlog = CommitLog(self.paths.commitlog, self.geometry.commitlog_file_size, writable=True)
         self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
         if self.recovery.truncated_bytes:
@@ -248,6 +255,7 @@ class StoreLifecycle:
             if self._committer is not None:
                 self._committer.covered(reach, traced)
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
+            self.commitlog.release_before(reach - RESIDENT_TAIL_BYTES)
             self.offsets.persist()
             for state_file, state in states:
                 state_file.write_snapshot(state)
@@ -263,16 +271,25 @@ class StoreLifecycle:
         for thread in (self._flusher, self._scheduler_thread, self._retention_thread, self._dispatch_thread):
             if thread is not None:
                 thread.join()
+        failure: BaseException | None = None
         with self._flush_lock, self._reading():
             if not self.read_only:
-                self.flush()
+                try:
+                    self.flush()
+                except Exception as exc:  # a full disk: the files are closed all the same, and the
+                    failure = exc  # abort file stays, so the next open recovers from the log
             self._closed = True
             self.commitlog.close()
             self._queues.close()
             self._index.close()
-            if not self.read_only:
+            if not self.read_only and failure is None:
                 self.paths.abort.unlink(missing_ok=True)
         self._release()
+        if isinstance(failure, DiskFullError) or is_no_space(failure):
+            raise DiskFullError(f"the store was closed without its final flush ({failure}): it recovers from "
+                                "its log at the next open") from failure
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> Self:
         return self

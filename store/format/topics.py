@@ -81,7 +81,7 @@ def copy_kind(topic: str) -> str:
 
 def validate_topic(topic: str) -> str:
     """Reject names that RocketMQ rejects, so no topic can name a path it should not."""
-    if not isinstance(topic, str) or not TOPIC_NAME.match(topic):
+    if not isinstance(topic, str) or not TOPIC_NAME.fullmatch(topic):
         raise InvalidMessageError(
             f"invalid topic {topic!r}: use letters, digits, '%', '|', '_' or '-'"
         )
@@ -95,6 +95,14 @@ BROKER_TOPICS = frozenset({"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "T
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # a transaction's half message, until its end
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"  # one record per half message settled (its queue offset)
 SYSTEM_PREFIX = "RMQ_SYS_"  # rmq_sys_wheel_timer, RMQ_SYS_TRANS_HALF_TOPIC... (either case)
+
+
+# Topics that hold messages until their time or their transaction's end: never consumed as such.
+HELD_FOR_LATER = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC})
+
+
+def holds_for_later(name: str) -> bool:
+    return name in HELD_FOR_LATER
 
 
 def is_system_topic(name: str) -> bool:

@@ -190,6 +190,14 @@ class CommitLog:
         for seg in self.dirty_files():
             seg.sync()
 
+    def release_before(self, phys: int) -> None:
+        """Unmap the pages of the log before `phys`, which is durable (see MappedFile.release_before)."""
+        for i, seg in enumerate(self._segments):
+            start = self._base + i * self.file_size
+            if start >= phys:
+                break
+            seg.release_before(phys - start)
+
     # -- reading -----------------------------------------------------------------------------
     def view(self, phys: int) -> tuple[MappedFile, int]:
         seg = self._segment_for(phys)

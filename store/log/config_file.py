@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from store.errors import StoreError
+from store.errors import DiskFullError, StoreError, is_no_space
 
 BACKUP_SUFFIX = ".bak"
 TEMP_SUFFIX = ".tmp"
@@ -87,19 +87,42 @@ def read_config(path: Path) -> Any | None:
 def write_config(path: Path, content: Any, *, compact: bool = False) -> None:
     """Write `content` as JSON: to a temporary file, synced, the previous version kept as .bak,
     then renamed into place and the directory synced. `compact` drops the indentation (for
-    large state files, where it costs more time and space than it helps a reader)."""
+    large state files, where it costs more time and space than it helps a reader). A write the
+    disk has no room for raises DiskFullError, leaving the previous version and no temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(path.name + TEMP_SUFFIX)
     layout = {"separators": (",", ":")} if compact else {"indent": 2}
     data = json.dumps(content, sort_keys=True, **layout).encode("utf-8") + b"\n"
-    with open(temp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if path.exists():
-        shutil.copyfile(path, path.with_name(path.name + BACKUP_SUFFIX))
-    os.replace(temp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        with open(temp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():
+            _copy_durably(path, path.with_name(path.name + BACKUP_SUFFIX))
+        os.replace(temp, path)
+    except BaseException as exc:
+        temp.unlink(missing_ok=True)
+        if is_no_space(exc):
+            raise DiskFullError(f"no space left to write {path.parent.name}/{path.name}: the change is "
+                                "not applied; writes are refused until space is freed, reads go on") from exc
+        raise
+    _sync_directory(path.parent)
+
+
+def _copy_durably(source: Path, target: Path) -> None:
+    """Copy `source` over `target` through a temporary file, so a failed copy leaves the old target."""
+    temp = target.with_name(target.name + TEMP_SUFFIX)
+    try:
+        shutil.copyfile(source, temp)
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -13,7 +13,8 @@ CHECK_INTERVAL_S = 1.0
 
 class DiskGuard:
     """Raises DiskFullError when the store's file system is more than `max_used_ratio` used or
-    has less than `min_free_bytes` free. statvfs is asked at most once per second."""
+    has less than `min_free_bytes` free. While there is room statvfs is asked at most once per
+    second; once writes are refused it is asked every time, so freed space is used at once."""
 
     def __init__(self, path: Path, max_used_ratio: float, min_free_bytes: int):
         if not 0 < max_used_ratio <= 1:
@@ -26,7 +27,7 @@ class DiskGuard:
 
     def check(self) -> None:
         now = time.monotonic()
-        if now - self._checked_at >= CHECK_INTERVAL_S:
+        if self._problem is not None or now - self._checked_at >= CHECK_INTERVAL_S:
             self._problem = self._measure()
             self._checked_at = now
         if self._problem is not None:

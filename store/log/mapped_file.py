@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from store.errors import CorruptRecordError, DiskFullError
+from store.errors import CorruptRecordError, DiskFullError, is_no_space
 
 PAGE = mmap.PAGESIZE
 
@@ -66,9 +66,9 @@ def _create_allocated(path: Path, size: int) -> None:
     except OSError as exc:
         if named:
             path.unlink(missing_ok=True)
-        if exc.errno == errno.ENOSPC:
-            raise DiskFullError(f"no space left for {path.name} ({size} bytes): writes are refused, "
-                                "reads go on") from None
+        if is_no_space(exc):
+            raise DiskFullError(f"no space left on the disk for a new file of {size} bytes ({path.parent.name}/"
+                                f"{path.name}): writes are refused until space is freed, reads go on") from None
         raise
     finally:
         os.close(fd)
@@ -91,6 +91,7 @@ class MappedFile:
         self._fd: int | None = None
         self._dirty_from = size
         self._dirty_to = 0
+        self._released_to = 0  # the pages before it were given back to the page cache
         if private and create:
             self.buf = mmap.mmap(-1, size) if size else b""
             return
@@ -160,6 +161,16 @@ class MappedFile:
         """Make every write so far durable."""
         if self.take_dirty():
             self.sync()
+
+    def release_before(self, pos: int) -> None:
+        """Unmap this process's pages before `pos`, which must be durable already: they stay in
+        the page cache, a read maps them again, and meanwhile they do not count as the process's
+        memory (a long-running writer's RSS would otherwise grow with every byte it wrote)."""
+        end = min(pos, self.size) // mmap.PAGESIZE * mmap.PAGESIZE
+        if not self.writable or end <= self._released_to or not isinstance(self.buf, mmap.mmap):
+            return
+        self.buf.madvise(mmap.MADV_DONTNEED, self._released_to, end - self._released_to)
+        self._released_to = end
 
     def close(self) -> None:
         if isinstance(self.buf, mmap.mmap) and not self.buf.closed:

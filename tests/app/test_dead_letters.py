@@ -111,6 +111,11 @@ async def test_every_group_and_bad_requests(api):
     everyone = (await api.client.get("/api/dlq/messages")).json()
     assert {m["group"] for m in everyone["messages"]} == {GROUP, OTHER}
     assert_error(await api.client.get("/api/dlq/nobody/messages"), 404, "no dead letters")
+    assert (await api.client.put("/api/groups/GID_healthy", json={"max_reconsume_times": 3})).status_code == 200
+    healthy = await api.client.get("/api/dlq/GID_healthy/messages")
+    assert healthy.status_code == 200 and healthy.json()["messages"] == []
+    page = await api.client.get("/groups/GID_healthy/dead-letters", headers={"Accept": "text/html"})
+    assert page.status_code == 200
     assert_error(await api.client.get(INBOX, params={"state": "lost"}), 400, "unknown state")
     assert_error(await api.client.get(INBOX, params={"cursor": "x"}), 400, "malformed cursor")
     assert_error(await api.client.get(INBOX, params={"limit": 0}), 422)

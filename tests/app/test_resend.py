@@ -204,7 +204,7 @@ async def test_a_failed_resend_is_recorded_and_can_be_tried_again(api, monkeypat
 
     monkeypatch.setattr(api.store, "resend_dead_letter", refuse)
     r = await api.client.post(URL.format(dead_id), headers={"Idempotency-Key": "f"})
-    assert_error(r, 429, "disk is full")
+    assert_error(r, 507, "disk is full")
     [entry] = resends(api)
     assert entry.outcome == audit.FAILED and "disk is full" in entry.outcome_detail
     with api.sessions() as s:

@@ -17,7 +17,7 @@ from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual, assertSchemaEqual
 
 from app.services import lookup
-from app.services.dead_letters import ReasonCache
+from app.services.dead_letters import DeadLetterCache
 from pipeline.dead_letters import DEAD_LETTER_DDL, dead_letters
 from pipeline.jobs import dlq_report
 from pipeline.options import SourceOptions
@@ -73,7 +73,7 @@ def queue_records(store: MessageStore, topic: str) -> list[StoredMessage]:
 def store_facts(store_dir: Path, geometry) -> StoreFacts:
     """What the store's API says of its dead-letter and retry queues."""
     facts = StoreFacts([], Counter(), defaultdict(set))
-    reasons = ReasonCache()
+    reasons = DeadLetterCache()
     with MessageStore.open(store_dir, StoreConfig(geometry=geometry), read_only=True) as store:
         for name in store.topics():
             if topics.is_retry_topic(name):
@@ -92,7 +92,7 @@ def store_facts(store_dir: Path, geometry) -> StoreFacts:
                     name[len(topics.DLQ_PREFIX):], origin_topic(msg) or (original.topic if original else None),
                     datetime.fromtimestamp(msg.store_timestamp / 1000, UTC).date(), max(msg.reconsume_times - 1, 0),
                     msg.store_timestamp - original.store_timestamp if original else None, set(msg.keys), msg.tags,
-                    reasons.get(store, msg) or None))
+                    reasons.reason(store, msg) or None))
     return facts
 
 
