@@ -10,9 +10,9 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.models import ResendItem
 from app.services.errors import InvalidRequestError, NotFoundError
 from app.services.resend import RESENT_FROM_PROPERTY, group_of, resent_before
 from store.broker.retry import origin_topic
@@ -226,7 +226,7 @@ class _Matches:
     counts: dict[str, int]
     oldest_waiting: int | None
     truncated: bool
-    resends: dict[str, ResendItem]
+    resends: dict[str, Row]
     dead_again: dict[str, str]
 
 
