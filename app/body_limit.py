@@ -40,15 +40,21 @@ class ByteBudget:
             self._free += size
 
 
-def _declared_length(scope: Scope) -> bytes | None:
+def declared_body(scope: Scope) -> tuple[bytes | None, bool]:
+    """The request's Content-Length as sent (None without one), and whether it says it sends a
+    body of unknown length (Transfer-Encoding)."""
+    length, streamed = None, False
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
-            return value
-    return None
+            length = value
+        elif name == b"transfer-encoding":
+            streamed = True
+    return length, streamed
 
 
-def _may_have_body(scope: Scope) -> bool:
-    return any(name == b"transfer-encoding" for name, _ in scope.get("headers", ()))
+def carries_body(scope: Scope) -> bool:
+    length, streamed = declared_body(scope)
+    return length.strip() != b"0" if length is not None else streamed
 
 
 class BodyLimitMiddleware:
@@ -62,12 +68,12 @@ class BodyLimitMiddleware:
             return
         limit = self.limit_for(scope)
         too_large = f"the request body is larger than {limit} bytes, the limit of {scope['path']}"
-        declared = _declared_length(scope)
+        declared, streamed = declared_body(scope)
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await self.refuse(scope, 413, too_large, None)(scope, receive, send)
             return
         # A body of unknown length is charged the whole limit: it may be that long.
-        size = int(declared) if declared is not None else (limit if _may_have_body(scope) else 0)
+        size = int(declared) if declared is not None else (limit if streamed else 0)
         if size <= SMALL_BODY_BYTES:
             await self._limited(scope, receive, send, limit, too_large)
             return

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.body_limit import carries_body
+
 API_PREFIX = "/api/"
 WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -18,25 +20,17 @@ def is_json_media_type(content_type: str) -> bool:
     return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
-def _carries_body(headers: dict[bytes, bytes]) -> bool:
-    length = headers.get(b"content-length")
-    if length is not None:
-        return length.strip() != b"0"
-    return b"transfer-encoding" in headers
-
-
 class JsonContentTypeMiddleware:
     def __init__(self, app: ASGIApp, refuse: Callable[[Scope, str], ASGIApp]):
         self.app, self.refuse = app, refuse
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] in WITH_BODY and scope["path"].startswith(API_PREFIX):
-            headers = dict(scope.get("headers", ()))
-            if _carries_body(headers):
-                declared = headers.get(b"content-type", b"").decode("latin-1")
-                if not is_json_media_type(declared):
-                    given = f"Content-Type is {declared[:100]!r}" if declared else "has no Content-Type"
-                    await self.refuse(scope, f"the API takes JSON: this request's {given}; send "
-                                             "Content-Type: application/json")(scope, receive, send)
-                    return
+        if (scope["type"] == "http" and scope["method"] in WITH_BODY and scope["path"].startswith(API_PREFIX)
+                and carries_body(scope)):
+            declared = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+            if not is_json_media_type(declared):
+                given = f"Content-Type is {declared[:100]!r}" if declared else "has no Content-Type"
+                await self.refuse(scope, f"the API takes JSON: this request's {given}; send "
+                                         "Content-Type: application/json")(scope, receive, send)
+                return
         await self.app(scope, receive, send)
