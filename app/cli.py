@@ -337,6 +337,7 @@ def serve(
 
     import uvicorn
 
+    from app.allocator import limit_malloc_arenas
     from app.main import create_app
 
     _check_served_store(store, read_only)
@@ -357,6 +358,7 @@ def serve(
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("mqlens").info("data in %s, store in %s%s", settings.data_dir, settings.store_dir,
                                      " (read-only)" if settings.read_only else "")
+    limit_malloc_arenas()
     server_app = create_app(settings)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again: once the
     # store is closed that signal only ends `serve`, with status 0.

@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     max_pending_puts: int = Field(256, ge=0)  # puts in progress at once; beyond it: 429
     # Receives in progress at once, each on a worker thread of its own (long polls wait there); beyond it: 429.
     max_receives: int = Field(64, ge=1)
+    # Worker threads for the other requests that block (the store, the database, page rendering).
+    # The interpreter runs one at a time, so more only raise the memory held at the busiest moment.
+    request_threads: int = Field(16, ge=1, le=1024)
     # Accounts and access. Anonymous visitors get no role unless anonymous_viewer grants them viewer.
     anonymous_viewer: bool = False
     # Host names (and addresses) the server answers to besides loopback's, comma-separated.

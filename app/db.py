@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 # The migrations folder sits beside the app package in the project (found from any cwd).
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+SQLITE_CACHE_KIB = 512
 
 
 def _is_sqlite(url: str) -> bool:
@@ -30,6 +31,9 @@ def _on_sqlite_connect(dbapi_connection, _record) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA busy_timeout=5000")
+        # Each pooled connection keeps its own page cache, growing with the database up to this;
+        # the operating system caches the file as well, so a small one costs a read() at most.
+        cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
     finally:
         cursor.close()
 

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
+import anyio.to_thread
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
@@ -21,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import Scope
 
+from app.allocator import HeapTrimmer
 from app.body_limit import BodyLimitMiddleware, ByteBudget
 from app.config import Settings
 from app.content_type import JsonContentTypeMiddleware
@@ -199,6 +201,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         # Receives run on threads of their own (a long poll holds one while it waits), as many as
         # the receive gate lets in, so they never wait for or starve the other routes' threads.
         app.state.receive_threads = anyio.CapacityLimiter(settings.max_receives)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.request_threads
         app.state.store = resources.store
         app.state.put_batcher = PutBatcher(resources.store)
         app.state.sessions = resources.sessions
@@ -206,9 +209,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         app.state.redrive = resources.redrive
         app.state.pipeline_runner = resources.pipeline
         _settle_heap()
+        trimmer = HeapTrimmer().start()
         try:
             yield
         finally:
+            trimmer.stop()
             gc.unfreeze()
             await run_in_threadpool(_stop, resources)
 

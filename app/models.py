@@ -3,7 +3,7 @@ browser sessions."""
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -99,7 +99,8 @@ class ResendItem(Base):
     where it goes, how its copy is found again, and what became of it."""
 
     __tablename__ = "resend_items"
-    __table_args__ = (UniqueConstraint("action_id", "dead_letter_id", name="uq_resend_items_action_dead_letter"),)
+    __table_args__ = (UniqueConstraint("action_id", "dead_letter_id", name="uq_resend_items_action_dead_letter"),
+                      Index("ix_resend_items_group_status", "group", "status", "dead_letter_id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     action_id: Mapped[int] = mapped_column(ForeignKey("audit_entries.id", ondelete="CASCADE"), index=True)

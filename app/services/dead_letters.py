@@ -14,7 +14,7 @@ from sqlalchemy import Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.services.errors import InvalidRequestError, NotFoundError
-from app.services.resend import RESENT_FROM_PROPERTY, group_of, resent_before
+from app.services.resend import RESENT_FROM_PROPERTY, group_of, resent_before, resent_ids
 from store.broker.retry import origin_topic
 from store.broker.trace import TraceKind
 from store.clock import Clock
@@ -26,6 +26,7 @@ from store.message_store import MessageStore
 STATES = ("waiting", "resent", "failed_again")
 MAX_LIMIT = 500
 MAX_SCAN = 200_000  # dead letters looked at per request
+MERGES_KEPT = 16  # inboxes (a group's, or every group's) whose merged list is kept between requests
 CURSOR = re.compile(r"^(?P<ts>\d{1,19})-(?P<phys>\d{1,19})$")
 
 
@@ -119,6 +120,9 @@ class DeadLetterCache:
         self._reasons: OrderedDict[int, str] = OrderedDict()
         self._size = reasons
         self._queues: dict[tuple[str, int], _QueueSummaries] = {}
+        # The newest-first merge of the queues' summaries, per list of topics, with what it was
+        # made of: rebuilt only when a queue gained or lost dead letters.
+        self._merged: OrderedDict[tuple[str, ...], tuple[tuple, list[Summary], bool]] = OrderedDict()
         self._lock = threading.Lock()
         self._reading = threading.Lock()
 
@@ -135,18 +139,24 @@ class DeadLetterCache:
 
     def summaries(self, store: MessageStore, names: list[str]) -> tuple[list[Summary], bool]:
         """Every dead letter of the topics, newest first (at most MAX_SCAN per queue); True when
-        older ones were left out."""
-        found: list[Summary] = []
-        truncated = False
+        older ones were left out. The list is shared with other requests: read it, never change it."""
         queues = store.topics()
         with self._reading:
-            for name in names:
-                for queue_id, lo, hi in queues.get(name, []):
-                    kept = self._caught_up(store, name, queue_id, lo, hi)
-                    truncated = truncated or kept.first > lo
-                    found += [summary for summary in kept.summaries if summary is not None]
-        found.sort(key=lambda m: (m.store_timestamp, m.phys_offset), reverse=True)
-        return found, truncated
+            parts = [(name, queue_id, lo, self._caught_up(store, name, queue_id, lo, hi))
+                     for name in names for queue_id, lo, hi in queues.get(name, [])]
+            made_of = tuple((name, queue_id, kept.first, len(kept.summaries)) for name, queue_id, _, kept in parts)
+            key = tuple(names)
+            cached = self._merged.get(key)
+            if cached is not None and cached[0] == made_of:
+                self._merged.move_to_end(key)
+                return cached[1], cached[2]
+            merged = [summary for *_, kept in parts for summary in kept.summaries if summary is not None]
+            merged.sort(key=lambda m: (m.store_timestamp, m.phys_offset), reverse=True)
+            truncated = any(kept.first > lo for _, _, lo, kept in parts)
+            self._merged[key] = (made_of, merged, truncated)
+            if len(self._merged) > MERGES_KEPT:
+                self._merged.popitem(last=False)
+            return merged, truncated
 
     def _caught_up(self, store: MessageStore, name: str, queue_id: int, lo: int, hi: int) -> _QueueSummaries:
         window = max(lo, hi - MAX_SCAN)  # a request looks at the newest MAX_SCAN of a queue
@@ -222,25 +232,30 @@ def copy_state(store: MessageStore, group: str, offset_msg_id: str | None) -> st
 
 @dataclass
 class _Matches:
-    matching: list[tuple[Summary, str]]  # (dead letter, state), newest first
+    matching: list[tuple[Summary, str]]  # (dead letter, state), newest first: every match, or a page's
+    total: int  # every match
+    more: bool  # matches after the page's
     counts: dict[str, int]
     oldest_waiting: int | None
     truncated: bool
-    resends: dict[str, Row]
     dead_again: dict[str, str]
 
 
 def _match(store: MessageStore, sessions: sessionmaker[Session], now: int, cache: DeadLetterCache,
-           group: str | None, wanted: Filter) -> _Matches:
+           group: str | None, wanted: Filter, after: tuple[int, int] | None = None,
+           limit: int | None = None) -> _Matches:
+    """The dead letters the filter matches, counted; kept: those older than `after` (a page's
+    cursor), at most `limit` of them (a request holds its page, not every dead letter)."""
     all_dead, truncated = cache.summaries(store, dead_letter_topics(store, group))
     dead_again: dict[str, str] = {}  # dead letter -> the newer dead letter of its resent copy
     for msg in all_dead:
         if msg.resent_from is not None and msg.resent_from not in dead_again:
             dead_again[msg.resent_from] = msg.offset_msg_id
-    resends = resent_before(sessions, [m.offset_msg_id for m in all_dead])
+    resent = resent_ids(sessions, group)
     end = wanted.end if wanted.end is not None else now + 365 * 24 * 3600 * 1000
     needle = wanted.reason.lower() if wanted.reason else None
     matching: list[tuple[Summary, str]] = []
+    total = beyond = 0
     counts = dict.fromkeys(STATES, 0)
     oldest_waiting = None
     for msg in all_dead:
@@ -253,42 +268,50 @@ def _match(store: MessageStore, sessions: sessionmaker[Session], now: int, cache
         if needle is not None and needle not in cache.reason(store, msg).lower():
             continue
         state = ("failed_again" if msg.offset_msg_id in dead_again
-                 else "resent" if msg.offset_msg_id in resends else "waiting")
+                 else "resent" if msg.offset_msg_id in resent else "waiting")
         counts[state] += 1
         if state == "waiting":
             oldest_waiting = msg.store_timestamp
-        if wanted.state is None or wanted.state == state:
+        if wanted.state is not None and wanted.state != state:
+            continue
+        total += 1
+        if after is not None and (msg.store_timestamp, msg.phys_offset) >= after:
+            continue
+        if limit is None or len(matching) < limit:
             matching.append((msg, state))
-    return _Matches(matching, counts, oldest_waiting, truncated, resends, dead_again)
+        else:
+            beyond += 1
+    return _Matches(matching, total, beyond > 0, counts, oldest_waiting, truncated, dead_again)
 
 
 def inbox(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: DeadLetterCache,
           group: str | None, wanted: Filter, cursor: str | None = None, limit: int = 50) -> Inbox:
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequestError(f"limit is between 1 and {MAX_LIMIT}")
-    after = _cursor(cursor)
     now = clock.now_ms()
-    found = _match(store, sessions, now, cache, group, wanted)
-    matching = found.matching
-    page_from = 0
-    if after is not None:
-        page_from = next((i for i, (m, _) in enumerate(matching)
-                          if (m.store_timestamp, m.phys_offset) < after), len(matching))
-    page = matching[page_from:page_from + limit]
-    rows = [row for row in (_row(store, cache, found, summary, state, now) for summary, state in page) if row]
-    more = page_from + limit < len(matching)
-    next_cursor = f"{page[-1][0].store_timestamp}-{page[-1][0].phys_offset}" if more and page else None
-    return Inbox(group, rows, next_cursor, len(matching), found.counts, found.oldest_waiting, found.truncated)
+    found = _match(store, sessions, now, cache, group, wanted, _cursor(cursor), limit)
+    page = found.matching
+    rows = _rows(store, sessions, cache, found, page, now)
+    next_cursor = f"{page[-1][0].store_timestamp}-{page[-1][0].phys_offset}" if found.more and page else None
+    return Inbox(group, rows, next_cursor, found.total, found.counts, found.oldest_waiting, found.truncated)
 
 
-def _row(store: MessageStore, cache: DeadLetterCache, found: _Matches, summary: Summary, state: str,
-         now: int) -> DeadLetter | None:
-    """The dead letter's row, read whole; None when it expired since it was summarized."""
+def _rows(store: MessageStore, sessions: sessionmaker[Session], cache: DeadLetterCache, found: _Matches,
+          page: list[tuple[Summary, str]], now: int) -> list[DeadLetter]:
+    """The rows of these dead letters, each read whole, with its last resend; those that expired
+    since they were summarized are left out."""
+    resends = resent_before(sessions, [summary.offset_msg_id for summary, _ in page])
+    rows = (_row(store, cache, found, resends, summary, state, now) for summary, state in page)
+    return [row for row in rows if row is not None]
+
+
+def _row(store: MessageStore, cache: DeadLetterCache, found: _Matches, resends: dict[str, Row], summary: Summary,
+         state: str, now: int) -> DeadLetter | None:
     try:
         msg = store.read(summary.phys_offset)
     except StoreError:
         return None
-    item = found.resends.get(msg.offset_msg_id)
+    item = resends.get(msg.offset_msg_id)
     dead_again = found.dead_again.get(msg.offset_msg_id)
     group = group_of(msg.topic)
     expiry = store.expires_at(msg.phys_offset)
@@ -310,10 +333,8 @@ def matching_rows(store: MessageStore, sessions: sessionmaker[Session], clock: C
     """Every dead letter the filter matches, newest first, from one scan (for the exports)."""
     now = clock.now_ms()
     found = _match(store, sessions, now, cache, group, wanted)
-    for summary, state in found.matching:
-        row = _row(store, cache, found, summary, state, now)
-        if row is not None:
-            yield row
+    for start in range(0, len(found.matching), MAX_LIMIT):
+        yield from _rows(store, sessions, cache, found, found.matching[start:start + MAX_LIMIT], now)
 
 
 def matching_ids(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: DeadLetterCache,

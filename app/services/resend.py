@@ -196,6 +196,16 @@ def resent_before(sessions: sessionmaker[Session], dead_letter_ids: Iterable[str
     return found
 
 
+def resent_ids(sessions: sessionmaker[Session], group: str | None) -> set[str]:
+    """The dead letters (of `group`, or of every group) that an item resent or may have resent
+    (pending): what the inbox needs of every dead letter, one column from one index."""
+    query = select(ResendItem.dead_letter_id).where(ResendItem.status.in_((OK, PENDING))).distinct()
+    if group is not None:
+        query = query.where(ResendItem.group == group)
+    with sessions() as s:
+        return set(s.scalars(query))
+
+
 def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, group: str | None,
            message_ids: list[str], *, actor: Principal, destination: object = "group", dry_run: bool = False,
            reason: str | None = None, force: bool = False, idempotency_key: str | None = None,

@@ -42,7 +42,6 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -50,6 +49,7 @@ from store.broker.metadata import GroupConfig, TopicConfig, consuming_group
 from store.broker.pop_state import InFlight, PopState, PopStateFile, Subscription, load_state
 from store.broker.pull import TagFilter, check_consumable
 from store.broker.receipt import ReceiptHandleError, decode_handle, new_handle
+from store.broker.retired_handles import RetiredHandles
 from store.broker.retry import retry_delay_level, with_retry_origin
 from store.broker.trace import TraceEvent, TraceKind
 from store.errors import StoreError
@@ -121,9 +121,7 @@ class PopService:
         self._store = store
         self.state: PopState = load_state(store.paths.config, self._queue_bounds, self._unit_phys)
         self.state_file = PopStateFile(store.paths.config, self.state, store._lock)
-        # hash of an old handle -> why it is refused (a hash, not the handle's text: a tenth of the
-        # memory; two handles that share one could only swap the explanations of their refusals)
-        self._retired: OrderedDict[int, str] = OrderedDict()
+        self._retired = RetiredHandles(REMEMBERED_HANDLES)
         # Nonces only tell deliveries apart (handles are checked against the table), so one seed
         # from the OS will do: a system call per handle costs more than the rest of a receive.
         self._nonces = random.Random(os.urandom(16))
@@ -381,7 +379,7 @@ class PopService:
                 raise ReceiptHandleError(f"expired receipt handle: the invisible time of attempt {entry.attempt} "
                                          f"ran out at {entry.due_ms}; the message will be delivered again")
             return sub, entry
-        why = self._retired.get(hash(text))
+        why = self._retired.why(text)
         if why is not None:
             raise ReceiptHandleError(why)
         if entry is not None and handle.generation < entry.generation:
@@ -394,9 +392,7 @@ class PopService:
         raise ReceiptHandleError("unknown receipt handle: no delivery of this store has it")
 
     def _retire(self, handle: str, why: str) -> None:
-        self._retired[hash(handle)] = why
-        if len(self._retired) > REMEMBERED_HANDLES:
-            self._retired.popitem(last=False)
+        self._retired.add(handle, why)
 
     # -- failures and expiry -----------------------------------------------------------------
     def revive_due(self) -> int:

@@ -45,7 +45,9 @@ from store.projections.dispatch import Dispatcher
 from store.projections.index import IndexService
 
 # The newest bytes of the log stay mapped after a flush: the dispatcher, receives and lookups read them.
-RESIDENT_TAIL_BYTES = 16 * 1024 * 1024
+RESIDENT_TAIL_BYTES = 4 * 1024 * 1024
+# Likewise the newest index entries (a lookup of a recent key walks them); the slot table stays whole.
+RESIDENT_INDEX_TAIL_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -256,6 +258,7 @@ class StoreLifecycle:
                 self._committer.covered(reach, traced)
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
             self.commitlog.release_before(reach - RESIDENT_TAIL_BYTES)
+            self.index.release_pages(RESIDENT_INDEX_TAIL_BYTES)
             self.offsets.persist()
             for state_file, state in states:
                 state_file.write_snapshot(state)

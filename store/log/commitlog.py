@@ -34,6 +34,8 @@ class CommitLog:
         self._segments: list[MappedFile] = []
         self._base = 0  # physical offset of the first segment
         self.end = 0
+        # Records before it are read with pread, not through the mapping (see read).
+        self._released_to = 0
         self._warmer = SegmentWarmer(self._segment_for, file_size)
         self._load_segments()
 
@@ -191,7 +193,9 @@ class CommitLog:
             seg.sync()
 
     def release_before(self, phys: int) -> None:
-        """Unmap the pages of the log before `phys`, which is durable (see MappedFile.release_before)."""
+        """Unmap the pages of the log before `phys` (see MappedFile.release), those read back
+        since the last call too; later reads of records there do not map them again."""
+        self._released_to = max(self._released_to, phys)
         for i, seg in enumerate(self._segments):
             start = self._base + i * self.file_size
             if start >= phys:
@@ -207,6 +211,15 @@ class CommitLog:
 
     def read(self, phys: int, check_crc: bool = True) -> StoredMessage:
         seg, pos = self.view(phys)
+        if phys < self._released_to:
+            # Released pages: a lookup's scattered reads would map each record's neighbours in as
+            # well (the kernel maps up to 16 pages per fault), and the server's memory would grow
+            # with what was looked up. A copy through the page cache maps nothing.
+            record = seg.read_record(pos)
+            if record is not None:
+                msg = codec.decode(record, 0, path=str(seg.path), check_crc=check_crc)
+                if msg.phys_offset == phys and phys + msg.size <= self.end:
+                    return msg
         size, magic = BLANK.unpack_from(seg.buf, pos)
         if magic == MAGIC_BLANK:
             raise CorruptRecordError(str(seg.path), pos, "offset points at the end-of-file filler")

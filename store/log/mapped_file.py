@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -12,6 +13,7 @@ import numpy as np
 from store.errors import CorruptRecordError, DiskFullError, is_no_space
 
 PAGE = mmap.PAGESIZE
+RECORD_READ_BYTES = 2048  # a record read with pread: most fit in one call
 
 
 def _reserve(fd: int, size: int) -> None:
@@ -91,7 +93,6 @@ class MappedFile:
         self._fd: int | None = None
         self._dirty_from = size
         self._dirty_to = 0
-        self._released_to = 0  # the pages before it were given back to the page cache
         if private and create:
             self.buf = mmap.mmap(-1, size) if size else b""
             return
@@ -162,15 +163,34 @@ class MappedFile:
         if self.take_dirty():
             self.sync()
 
-    def release_before(self, pos: int) -> None:
-        """Unmap this process's pages before `pos`, which must be durable already: they stay in
-        the page cache, a read maps them again, and meanwhile they do not count as the process's
-        memory (a long-running writer's RSS would otherwise grow with every byte it wrote)."""
-        end = min(pos, self.size) // mmap.PAGESIZE * mmap.PAGESIZE
-        if not self.writable or end <= self._released_to or not isinstance(self.buf, mmap.mmap):
+    def read_record(self, pos: int) -> bytes | None:
+        """A copy of the size-prefixed record at `pos`, read with pread (nothing is mapped), or
+        None when the file has no descriptor or the size does not fit; the caller then reads
+        through the mapping, which reports what is wrong."""
+        if self._fd is None or pos + 4 > self.size:
+            return None
+        head = os.pread(self._fd, min(RECORD_READ_BYTES, self.size - pos), pos)
+        size = int.from_bytes(head[:4], "big", signed=True)
+        if size <= 0 or pos + size > self.size:
+            return None
+        if size <= len(head):
+            return head[:size]
+        return head + os.pread(self._fd, size - len(head), pos + len(head))
+
+    def release(self, start: int, end: int) -> None:
+        """Unmap this process's pages of [start, end) (whole pages inside it): the bytes stay in the
+        page cache, written ones included, and a read maps them again. Meanwhile they do not count
+        as the process's memory, which would otherwise grow with every page written or read back.
+        A private mapping keeps its pages: they are its only copy."""
+        start = -(-max(start, 0) // PAGE) * PAGE
+        end = min(end, self.size) // PAGE * PAGE
+        if self.private or end <= start or not isinstance(self.buf, mmap.mmap):
             return
-        self.buf.madvise(mmap.MADV_DONTNEED, self._released_to, end - self._released_to)
-        self._released_to = end
+        with contextlib.suppress(ValueError):  # closed meanwhile (retention dropped the file): nothing to release
+            self.buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+    def release_before(self, pos: int) -> None:
+        self.release(0, pos)
 
     def close(self) -> None:
         if isinstance(self.buf, mmap.mmap) and not self.buf.closed:

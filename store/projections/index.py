@@ -123,6 +123,12 @@ class IndexFile:
                 return
             number = prev
 
+    def release_entries(self, keep_bytes: int) -> None:
+        """Unmap this process's pages of the entries, but the newest `keep_bytes` of them (see
+        MappedFile.release). The slot table stays: every new key and every lookup reads it."""
+        written = self._entries_at + self.index_count * INDEX_ENTRY.size
+        self.file.release(self._entries_at, written - keep_bytes)
+
     def close(self) -> None:
         self.file.close()
 
@@ -262,6 +268,15 @@ class IndexService:
             f.path.unlink()
             dropped += 1
         return dropped
+
+    def release_pages(self, keep_bytes: int) -> None:
+        """Unmap this process's pages of the index files (MappedFile.release): those of the entries
+        but the newest `keep_bytes`, and every page of a full file."""
+        *full, newest = self.files or [None]
+        for f in full:
+            f.file.release(0, f.file.size)
+        if newest is not None:
+            newest.release_entries(keep_bytes)
 
     def dirty_files(self) -> list[MappedFile]:
         """Index files written since the last call (a full one too), their dirty marks taken."""

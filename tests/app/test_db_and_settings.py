@@ -17,6 +17,7 @@ from app.cli import main
 from app.config import Settings
 from app.db import (
     MIGRATIONS_DIR,
+    SQLITE_CACHE_KIB,
     alembic_config,
     current_revision,
     head_revision,
@@ -72,6 +73,7 @@ def test_migrations_build_the_models_schema(tmp_path):
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
             assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
             assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
+            assert conn.execute(text("PRAGMA cache_size")).scalar() == -SQLITE_CACHE_KIB  # bounded per connection
     finally:
         engine.dispose()
 

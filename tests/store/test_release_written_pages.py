@@ -7,7 +7,7 @@ from __future__ import annotations
 import mmap
 from pathlib import Path
 
-from store.engine.lifecycle import RESIDENT_TAIL_BYTES
+from store.engine.lifecycle import RESIDENT_INDEX_TAIL_BYTES, RESIDENT_TAIL_BYTES
 from store.log.mapped_file import MappedFile
 from store.message_store import MessageStore, NewMessage
 from tests.store.helpers import small_config
@@ -49,9 +49,14 @@ def test_a_private_mapping_keeps_its_pages(tmp_path):
     private.close()
 
 
+def flushed_by_hand(**overrides):
+    """Asynchronous flushing with the periodic flusher held off (an hour): each test flushes when it means to."""
+    return small_config(flush="async", flush_interval_ms=3_600_000, **overrides)
+
+
 def test_a_flush_releases_the_log_behind_its_resident_tail(tmp_path):
     geometry = small_config().geometry.__class__(64 * 1024 * 1024, 20 * 1000, 1000, 4000)
-    with MessageStore.open(tmp_path, small_config(geometry=geometry, flush="async")) as store:
+    with MessageStore.open(tmp_path, flushed_by_hand(geometry=geometry)) as store:
         body = b"m" * 4000
         results = [store.put(NewMessage("Orders", body)) for _ in range(10_000)]  # about 40 MiB
         [segment] = [path for _, path in store.commitlog.segments()]
@@ -61,3 +66,51 @@ def test_a_flush_releases_the_log_behind_its_resident_tail(tmp_path):
         store.flush()
         assert resident_kib(segment) * 1024 <= bound
         assert store.get_by_offset_id(results[0].offset_msg_id).body == body
+
+
+def test_records_behind_the_tail_are_read_without_mapping_them_and_pages_mapped_are_released(tmp_path):
+    geometry = small_config().geometry.__class__(64 * 1024 * 1024, 20 * 1000, 1000, 4000)
+    with MessageStore.open(tmp_path, flushed_by_hand(geometry=geometry)) as store:
+        body = b"r" * 4000
+        results = [store.put(NewMessage("Orders", body, keys=[f"k{n}"])) for n in range(10_000)]
+        store.flush()
+        [segment] = [path for _, path in store.commitlog.segments()]
+        settled = resident_kib(segment)
+        for n, result in enumerate(results[:2_000]):  # about 8 MiB from the oldest end, far behind the tail
+            msg = store.get_by_offset_id(result.offset_msg_id)
+            assert (msg.body, msg.keys, msg.phys_offset) == (body, [f"k{n}"], result.phys_offset)
+        assert resident_kib(segment) <= settled + 8
+        for result in results[:2_000]:  # read through the mapping, as the dispatcher reads
+            mapped, pos = store.commitlog.view(result.phys_offset)
+            assert bytes(mapped.buf[pos + 4000:pos + 4004])
+        assert resident_kib(segment) >= settled + 7 * 1024
+        store.flush()
+        assert resident_kib(segment) <= settled + 4
+
+
+def test_a_copy_read_with_pread_decodes_as_the_mapped_record(tmp_path):
+    with MessageStore.open(tmp_path, flushed_by_hand()) as store:
+        results = [store.put(NewMessage("Orders", bytes([n % 251]) * (n * 37 % 9000), keys=[f"k{n}"],
+                                        properties={"n": str(n)})) for n in range(300)]
+        store.flush()
+        log = store.commitlog
+        for result in results:
+            mapped = log.read(result.phys_offset)
+            log.release_before(log.end)
+            copied = log.read(result.phys_offset)
+            assert copied == mapped
+            log._released_to = 0
+
+
+def test_a_flush_releases_the_index_entries_but_the_newest(tmp_path):
+    geometry = small_config().geometry.__class__(64 * 1024 * 1024, 20 * 100_000, 100_000, 400_000)
+    with MessageStore.open(tmp_path, flushed_by_hand(geometry=geometry)) as store:
+        for n in range(60_000):  # two keys each, 20 bytes an entry: about 2.3 MiB of entries
+            store.put(NewMessage("Orders", b"k", keys=[f"order-{n}", f"customer-{n % 97}"]))
+        [index] = store.index.files
+        assert index.used_entries * 20 > 2 * RESIDENT_INDEX_TAIL_BYTES
+        store.flush()
+        slot_table = 100_000 * 4
+        assert resident_kib(index.path) * 1024 <= slot_table + RESIDENT_INDEX_TAIL_BYTES + 3 * mmap.PAGESIZE
+        [found] = store.query_by_key("Orders", "order-7").messages
+        assert found.keys == ["order-7", "customer-7"]
