@@ -44,7 +44,8 @@ from store.projections.consume_queue import ConsumeQueues
 from store.projections.dispatch import Dispatcher
 from store.projections.index import IndexService
 
-# The newest bytes of the log stay mapped after a flush: the dispatcher, receives and lookups read them.
+# The newest bytes of the log (behind the dispatcher's position) stay mapped after a flush: the dispatcher,
+# receives and lookups read them.
 RESIDENT_TAIL_BYTES = 4 * 1024 * 1024
 # Likewise the newest index entries (a lookup of a recent key walks them); the slot table stays whole.
 RESIDENT_INDEX_TAIL_BYTES = 1024 * 1024
@@ -247,6 +248,7 @@ class StoreLifecycle:
                     return
                 self._tracer.write()
                 reach, traced = self.commitlog.end, self._tracer.queued
+                dispatched = self.dispatcher.dispatched_to
                 files = self.commitlog.dirty_files() + self.queues.dirty_files() + self.index.dirty_files()
                 ts = self.dispatcher.last_store_timestamp
                 # before the syncs: the states name only messages the syncs make durable
@@ -257,7 +259,8 @@ class StoreLifecycle:
             if self._committer is not None:
                 self._committer.covered(reach, traced)
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
-            self.commitlog.release_before(reach - RESIDENT_TAIL_BYTES)
+            # Behind what the dispatcher has read too: under a burst it lags the writer by megabytes.
+            self.commitlog.release_before(min(reach, dispatched) - RESIDENT_TAIL_BYTES)
             self.index.release_pages(RESIDENT_INDEX_TAIL_BYTES)
             self.offsets.persist()
             for state_file, state in states:

@@ -19,7 +19,7 @@ class Lookups:
     def read(self, phys_offset: int) -> StoredMessage:
         with self._reading():
             try:
-                return self.commitlog.read(phys_offset)
+                return self.commitlog.read_apart(phys_offset)
             except StoreError as exc:
                 raise MessageNotFoundError(f"no message at commit log offset {phys_offset}: {exc}") from None
 
@@ -64,7 +64,7 @@ class Lookups:
             # filter on each record's real store time.
             for phys in self.index.query(topic, key, max(0, begin - 1000), end):
                 try:
-                    msg = self.commitlog.read(phys)
+                    msg = self.commitlog.read_apart(phys)
                 except StoreError:
                     continue
                 if msg.topic != topic or not matches(msg) or not begin <= msg.store_timestamp <= end:

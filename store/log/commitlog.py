@@ -34,7 +34,7 @@ class CommitLog:
         self._segments: list[MappedFile] = []
         self._base = 0  # physical offset of the first segment
         self.end = 0
-        # Records before it are read with pread, not through the mapping (see read).
+        # Lookups read records before it with pread, not through the mapping (see read_apart).
         self._released_to = 0
         self._warmer = SegmentWarmer(self._segment_for, file_size)
         self._load_segments()
@@ -209,17 +209,23 @@ class CommitLog:
             raise StoreError(f"commit log offset {phys} is outside [{self._base}, {self.end})")
         return seg, phys % self.file_size
 
-    def read(self, phys: int, check_crc: bool = True) -> StoredMessage:
-        seg, pos = self.view(phys)
+    def read_apart(self, phys: int) -> StoredMessage:
+        """`read` for a lookup: a record behind the released pages is copied with pread. Through
+        the mapping, each of a lookup's scattered reads would map the record's neighbours too (the
+        kernel maps up to 16 pages per fault) and the server's memory would grow with what was
+        looked up. Not for consuming: a system call lets other threads take the interpreter, and
+        the reader then waits for it back, which halves the throughput of receives."""
         if phys < self._released_to:
-            # Released pages: a lookup's scattered reads would map each record's neighbours in as
-            # well (the kernel maps up to 16 pages per fault), and the server's memory would grow
-            # with what was looked up. A copy through the page cache maps nothing.
+            seg, pos = self.view(phys)
             record = seg.read_record(pos)
             if record is not None:
-                msg = codec.decode(record, 0, path=str(seg.path), check_crc=check_crc)
+                msg = codec.decode(record, 0, path=str(seg.path))
                 if msg.phys_offset == phys and phys + msg.size <= self.end:
                     return msg
+        return self.read(phys)
+
+    def read(self, phys: int, check_crc: bool = True) -> StoredMessage:
+        seg, pos = self.view(phys)
         size, magic = BLANK.unpack_from(seg.buf, pos)
         if magic == MAGIC_BLANK:
             raise CorruptRecordError(str(seg.path), pos, "offset points at the end-of-file filler")
