@@ -144,7 +144,7 @@ class DeadLetterCache:
         with self._reading:
             parts = [(name, queue_id, lo, self._caught_up(store, name, queue_id, lo, hi))
                      for name in names for queue_id, lo, hi in queues.get(name, [])]
-            made_of = tuple((name, queue_id, kept.first, len(kept.summaries)) for name, queue_id, _, kept in parts)
+            made_of = tuple((name, queue_id, lo, kept.first, len(kept.summaries)) for name, queue_id, lo, kept in parts)
             key = tuple(names)
             cached = self._merged.get(key)
             if cached is not None and cached[0] == made_of:
