@@ -9,7 +9,7 @@ space where every thread reuses it."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import logging
 import os
 import threading
@@ -24,15 +24,19 @@ def limit_malloc_arenas(arenas: int = SERVER_ARENAS) -> bool:
     """Cap glibc's malloc arenas, before the server starts its threads. Not on other C libraries,
     nor when MALLOC_ARENA_MAX is set (the operator's choice, which glibc has already applied).
     True when the cap was set."""
-    if os.environ.get("MALLOC_ARENA_MAX") or not _is_glibc():
+    libc = _glibc()
+    if os.environ.get("MALLOC_ARENA_MAX") or libc is None:
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    if ctypes.CDLL(name).mallopt(M_ARENA_MAX, arenas) != 1:
+    if libc.mallopt(M_ARENA_MAX, arenas) != 1:
         log.warning("could not limit the C allocator to %d arenas: memory may grow with the thread count", arenas)
         return False
     return True
+
+
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """The C library when it is glibc, through the process's own symbols (no library search), else None."""
+    return ctypes.CDLL(None) if _is_glibc() else None
 
 
 def _is_glibc() -> bool:
@@ -48,8 +52,8 @@ class HeapTrimmer:
     between chunks still in use, so without it the resident memory only ever grows."""
 
     def __init__(self, interval_s: float = 10.0):
-        name = ctypes.util.find_library("c") if _is_glibc() else None
-        self._trim = ctypes.CDLL(name).malloc_trim if name else None
+        libc = _glibc()
+        self._trim = libc.malloc_trim if libc is not None else None
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
