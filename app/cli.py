@@ -87,19 +87,20 @@ def _store_value(name: str):
 
 
 def _print_messages(messages, truncated: bool, as_json: bool) -> None:
+    from app.masking import show_all
     from app.presenters import message_dict
 
     if as_json:
-        print(json.dumps({"messages": [message_dict(m) for m in messages], "truncated": truncated},
+        print(json.dumps({"messages": [show_all(message_dict(m)) for m in messages], "truncated": truncated},
                          ensure_ascii=False))
         return
     if not messages:
         print("no message found")
     for m in messages:
-        d = message_dict(m)
+        d = show_all(message_dict(m))
         print(f"{d['offset_msg_id']}  topic={d['topic']} queue={d['queue_id']} offset={d['queue_offset']} "
               f"phys={d['phys_offset']} unique_key={d['unique_key']} tags={d['tags']} keys={' '.join(d['keys'])}")
-        body = d.get("body_text", f"<{len(base64.b64decode(d['body_base64']))} bytes, binary>")
+        body = d["body_text"] or f"<{len(base64.b64decode(d['body_base64']))} bytes, binary>"
         print(f"    stored {d['store_timestamp']} born {d['born_timestamp']} from {d['born_host']}: {body[:200]}")
     if truncated:
         print("(results cut short: raise --max or narrow the time window)")

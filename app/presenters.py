@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 
+from app.masking import Body, show_all
 from store.broker.pop import Received
 from store.format.codec import StoredMessage
 from store.format.topics import message_copy_kind
 
 
-def message_dict(msg: StoredMessage, show_body: bool = True) -> dict:
-    """Every field of a stored message; the body only when `show_body` (else body_masked)."""
-    body = msg.body
+def body_text(body: bytes) -> str | None:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def message_dict(msg: StoredMessage) -> dict:
+    """Every field of a stored message, its body wrapped (app.masking): body_masked, body_base64
+    and body_text (null when the body is not UTF-8) as the caller may see them."""
+    body, owner = msg.body, msg.offset_msg_id
     data = {
         "topic": msg.topic,
         "queue_id": msg.queue_id,
@@ -34,12 +42,10 @@ def message_dict(msg: StoredMessage, show_body: bool = True) -> dict:
         "body_crc": msg.body_crc,
         "compressed": msg.compressed,
         "copy": message_copy_kind(msg.topic, msg.properties),
-        "body_masked": not show_body,
-        "body_base64": base64.b64encode(body).decode("ascii") if show_body else None,
+        "body_masked": Body(owner, False, masked=True),
+        "body_base64": Body(owner, base64.b64encode(body).decode("ascii")),
+        "body_text": Body(owner, body_text(body)),
     }
-    if show_body:
-        with contextlib.suppress(UnicodeDecodeError):
-            data["body_text"] = body.decode("utf-8")
     return data
 
 
@@ -62,8 +68,9 @@ def message_summary(msg: StoredMessage) -> dict:
 
 
 def received_dict(received: Received) -> dict:
-    """A message handed out by receive, with what acknowledging it takes."""
-    data = message_dict(received.message)
+    """A message handed out by receive, with what acknowledging it takes: delivered to its
+    consumer, the body is the point."""
+    data = show_all(message_dict(received.message))
     data["receipt_handle"] = received.receipt_handle
     data["delivery_attempt"] = received.delivery_attempt
     data["invisible_until_ms"] = received.invisible_until_ms

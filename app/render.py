@@ -14,6 +14,8 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from jinja2_fragments import render_block
 
+from app.masking import BodyMask
+
 STATIC_PREFIX = "/static"
 HTMX_FILE = "vendor/htmx-2.0.11.min.js"
 
@@ -116,7 +118,10 @@ class Renderer:
     def page(self, request: Request, template: str, data: dict[str, Any], *, fragment: str | None = None,
              status: int = 200, headers: dict[str, str] | None = None) -> Response:
         """The page, its JSON twin, or (for htmx) one named block of it: the block the request
-        targets (`HX-Target` naming a block) or else `fragment`."""
+        targets (`HX-Target` naming a block) or else `fragment`. Message bodies in `data` show
+        as the caller may see them (app.masking), in all three."""
+        state = request.app.state
+        data = BodyMask(state.sessions, state.clock, getattr(request.state, "principal", None))(data)
         if wants_json(request):
             return JSONResponse(jsonable_encoder({"ok": status < 400, **data}), status_code=status, headers=headers)
         context = self._context(request, data)

@@ -16,11 +16,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.masking import BodyMask
 from app.roles import ANONYMOUS, Permission, Principal, Role, roles_with
-from app.services import accounts, reveal
+from app.services import accounts
 from app.services.errors import AuthenticationError, ForbiddenError
 from store.clock import Clock
-from store.format.codec import StoredMessage
 
 SESSION_COOKIE = "mqlens_session"
 SESSION_KEY = "sid"
@@ -142,13 +142,13 @@ Admin = Annotated[Principal, require(Permission.ADMIN)]
 READ = require(Permission.READ)
 
 
-async def _body_policy(request: Request, reader: Reader) -> Callable[[StoredMessage], bool]:
+async def _body_mask(request: Request, reader: Reader) -> BodyMask:
     state = request.app.state
-    return lambda msg: reveal.shows_body(state.sessions, state.clock, msg, reader)
+    return BodyMask(state.sessions, state.clock, reader)
 
 
-# Whether the caller sees a message's body (else it is masked): by role, or a recent audited reveal.
-BodyPolicy = Annotated[Callable[[StoredMessage], bool], Depends(_body_policy)]
+# What of the message bodies in an answer the caller sees: by role, or a recent audited reveal (app.masking).
+Masking = Annotated[BodyMask, Depends(_body_mask)]
 MESSAGING = require(Permission.MESSAGING)
 
 

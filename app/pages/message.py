@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-from collections.abc import Callable
 from typing import Annotated, Literal, get_args
 
 from fastapi import APIRouter, Form, Request
@@ -14,9 +13,10 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.deps import ClockDep, SessionsDep, StoreDep
+from app.masking import Body
 from app.pages import RendererDep
-from app.presenters import message_dict, message_summary
-from app.security import READ, BodyPolicy, Reader
+from app.presenters import body_text, message_dict, message_summary
+from app.security import READ, Masking, Reader
 from app.services import dead_letters, lookup, reveal, transactions
 from app.services import resend as resend_service
 from app.services.audit import MAX_REASON
@@ -45,8 +45,9 @@ def hex_dump(data: bytes) -> str:
     return "\n".join(lines)
 
 
-def body_views(body: bytes) -> dict:
-    """What each view of the body shows (a preview for large bodies) and which view fits it best."""
+def body_views(body: bytes, view: BodyView | None = None) -> dict:
+    """What each view of the body shows (a preview for large bodies), which view fits it best,
+    and the view shown (`view`, else the best)."""
     preview = body[:PREVIEW_BYTES]
     text = None
     try:
@@ -71,6 +72,7 @@ def body_views(body: bytes) -> dict:
         "hex_previewed": len(body) > HEX_PREVIEW_BYTES,
         "base64": base64.b64encode(preview).decode("ascii"),
         "best": best,
+        "view": view or best,
     }
 
 
@@ -97,12 +99,8 @@ def dead_letter_data(store: MessageStore, sessions: sessionmaker[Session], msg: 
                                       "new_offset_msg_id": item.new_offset_msg_id, "destination": item.destination,
                                       "copy_state": dead_letters.copy_state(store, group, item.new_offset_msg_id)}
     editable = "\n".join(f"{k}={v}" for k, v in resend_service.user_properties(msg).items())
-    try:
-        body_text = msg.body.decode("utf-8")
-    except UnicodeDecodeError:
-        body_text = None
     return {"group": group, "route": route, "last_resend": last, "click_key": secrets.token_urlsafe(16),
-            "editable_properties": editable, "body_text": body_text}
+            "editable_properties": editable, "body_text": Body(msg.offset_msg_id, body_text(msg.body))}
 
 
 def transaction_data(store: MessageStore, msg: StoredMessage,
@@ -137,17 +135,15 @@ def _trace_outcome(context: ClientTraceContext) -> str | None:
     return None if context.success is None else ("sent" if context.success else "send failed")
 
 
-def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[StoredMessage], bool],
-                 sessions: sessionmaker[Session]) -> dict:
+def message_data(store: MessageStore, offset_msg_id: str, sessions: sessionmaker[Session],
+                 view: BodyView | None = None) -> dict:
     msg = lookup.by_offset_id(store, offset_msg_id)
     copies = _all_copies(store, msg)
-    data = message_dict(msg, show_body=False)
-    data.pop("body_base64")
-    data.pop("body_masked")
-    masked = not show(msg)
+    data = {k: v for k, v in message_dict(msg).items() if k not in ("body_masked", "body_base64", "body_text")}
     return {
         "message": data,
-        "body": {"masked": True, "size": len(msg.body)} if masked else {"masked": False, **body_views(msg.body)},
+        "body": Body(msg.offset_msg_id, {"masked": False, **body_views(msg.body, view)},
+                     masked={"masked": True, "size": len(msg.body)}),
         "reveal_url": f"/messages/{msg.offset_msg_id}/reveal",
         "dead_letter": dead_letter_data(store, sessions, msg),
         "transaction": transaction_data(store, msg, copies),
@@ -161,31 +157,30 @@ def message_data(store: MessageStore, offset_msg_id: str, show: Callable[[Stored
 
 @router.get("/messages/{offset_msg_id}", dependencies=[READ])
 def message_page(offset_msg_id: str, request: Request, store: StoreDep, sessions: SessionsDep, renderer: RendererDep,
-                 show: BodyPolicy, view: str | None = None):
+                 view: str | None = None):
     if view is not None and view not in VIEWS:
         raise InvalidRequestError(f"unknown body view {view[:20]!r}: use one of {', '.join(VIEWS)}")
-    data = message_data(store, offset_msg_id, show, sessions)
-    chosen = view or data["body"].get("best", "text")
-    return renderer.page(request, "messages/message.html", {**data, "view": chosen, "nav": "search"},
-                         fragment="body_view")
+    data = message_data(store, offset_msg_id, sessions, view)
+    return renderer.page(request, "messages/message.html", {**data, "nav": "search"}, fragment="body_view")
 
 
 @router.post("/messages/{offset_msg_id}/reveal")
 def reveal_page(offset_msg_id: str, store: StoreDep, sessions: SessionsDep, clock: ClockDep, reader: Reader,
-                show: BodyPolicy, reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None) -> Response:
+                mask: Masking, reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None) -> Response:
     """Show a masked body: recorded in the audit log, then the message page shows it for a while."""
     msg = lookup.by_offset_id(store, offset_msg_id)
-    if not show(msg):
+    if not mask.shows(msg.offset_msg_id):
         reveal.reveal(sessions, clock, msg, actor=reader, reason=reason)
     return RedirectResponse(f"/messages/{msg.offset_msg_id}", status_code=303)
 
 
 @router.get("/messages/{offset_msg_id}/body", dependencies=[READ])
-def message_body(offset_msg_id: str, store: StoreDep, show: BodyPolicy) -> Response:
+def message_body(offset_msg_id: str, store: StoreDep, mask: Masking) -> Response:
     """The whole body, as stored (decompressed), for download."""
     msg = lookup.by_offset_id(store, offset_msg_id)
-    if not show(msg):
+    body = mask(Body(msg.offset_msg_id, msg.body))
+    if body is None:
         raise ForbiddenError("your role sees message bodies masked: reveal the body on the message page first "
                              "(the reveal is recorded in the audit log)")
-    return Response(msg.body, media_type="application/octet-stream",
+    return Response(body, media_type="application/octet-stream",
                     headers={"Content-Disposition": f'attachment; filename="{msg.offset_msg_id}.bin"'})

@@ -11,7 +11,7 @@ from app.params import KeyQuery, OffsetMsgIdPath, SearchQuery, TopicPath, TopicQ
 from app.presenters import message_dict
 from app.routes import error_responses
 from app.schemas import FoundResponse, MessageResponse, RevealRequest
-from app.security import READ, BodyPolicy, Reader
+from app.security import READ, Masking, Reader
 from app.services import lookup, reveal
 from app.services.lookup import Found
 from app.services.search import CURSOR as search_cursor
@@ -26,59 +26,59 @@ End = Annotated[int, Query(ge=0, description="Stored at or before (epoch ms).")]
 Max = Annotated[int, Query(ge=1, le=MAX_QUERY_RESULTS, description="Messages at most.")]
 
 
-def _found(found: Found, show: BodyPolicy) -> dict:
-    return {"ok": True, "messages": [message_dict(m, show(m)) for m in found.messages], "truncated": found.truncated,
-            "searched_topics": found.searched_topics, "recognised_as": found.recognised_as or None}
+def _found(found: Found, mask: Masking) -> dict:
+    return mask({"ok": True, "messages": [message_dict(m) for m in found.messages], "truncated": found.truncated,
+                 "searched_topics": found.searched_topics, "recognised_as": found.recognised_as or None})
 
 
 @router.get("/api/messages/by-id/{offset_msg_id}", dependencies=[READ], response_model=MessageResponse,
             responses=error_responses(400, 404))
-def by_id(offset_msg_id: OffsetMsgIdPath, store: StoreDep, show: BodyPolicy) -> dict:
+def by_id(offset_msg_id: OffsetMsgIdPath, store: StoreDep, mask: Masking) -> dict:
     """The message an offset message id names (32 or 56 hex characters)."""
     msg = lookup.by_offset_id(store, offset_msg_id)
-    return {"ok": True, "message": message_dict(msg, show(msg))}
+    return mask({"ok": True, "message": message_dict(msg)})
 
 
 @router.post("/api/messages/{offset_msg_id}/reveal", response_model=MessageResponse,
              responses=error_responses(400, 404, 422))
 def reveal_body(offset_msg_id: OffsetMsgIdPath, store: StoreDep, sessions: SessionsDep, clock: ClockDep, reader: Reader,
-                show: BodyPolicy, body: RevealRequest | None = None) -> dict:
+                mask: Masking, body: RevealRequest | None = None) -> dict:
     """The message with its body, for a role that sees bodies masked (viewer): the reveal is an
     audit row, and the body stays shown to this caller for 15 minutes."""
     msg = lookup.by_offset_id(store, offset_msg_id)
-    if not show(msg):
+    if not mask.shows(msg.offset_msg_id):
         reveal.reveal(sessions, clock, msg, actor=reader, reason=body.reason if body else None)
-    return {"ok": True, "message": message_dict(msg, True)}
+    return mask({"ok": True, "message": message_dict(msg)})
 
 
 @router.get("/api/messages/by-key", dependencies=[READ], response_model=FoundResponse,
             responses=error_responses(400, 404, 422))
-def by_key(store: StoreDep, show: BodyPolicy, key: KeyQuery,
+def by_key(store: StoreDep, mask: Masking, key: KeyQuery,
            topic: TopicFilter = None, begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
     """Messages whose keys hold `key`, newest first."""
-    return _found(lookup.by_key(store, key, topic, begin, end, max), show)
+    return _found(lookup.by_key(store, key, topic, begin, end, max), mask)
 
 
 @router.get("/api/messages/by-unique-key/{unique_key}", dependencies=[READ], response_model=FoundResponse,
             responses=error_responses(400, 404, 422))
-def by_unique_key(unique_key: UniqueKeyPath, store: StoreDep, show: BodyPolicy, topic: TopicFilter = None,
+def by_unique_key(unique_key: UniqueKeyPath, store: StoreDep, mask: Masking, topic: TopicFilter = None,
                   begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX) -> dict:
     """Every copy of a message (original, scheduled, retry, dead letter), newest first."""
-    return _found(lookup.by_unique_key(store, unique_key, topic, begin, end, max), show)
+    return _found(lookup.by_unique_key(store, unique_key, topic, begin, end, max), mask)
 
 
 @router.get("/api/topics/{topic}/queues/{queue_id}/messages/{queue_offset}", dependencies=[READ],
             response_model=MessageResponse,
             responses=error_responses(400, 404, 422))
-def by_queue_offset(topic: TopicPath, store: StoreDep, show: BodyPolicy, queue_id: Annotated[int, Path(ge=0)],
+def by_queue_offset(topic: TopicPath, store: StoreDep, mask: Masking, queue_id: Annotated[int, Path(ge=0)],
                     queue_offset: Annotated[int, Path(ge=0)]) -> dict:
     """The message at one queue offset."""
     msg = lookup.by_queue_offset(store, topic, queue_id, queue_offset)
-    return {"ok": True, "message": message_dict(msg, show(msg))}
+    return mask({"ok": True, "message": message_dict(msg)})
 
 
 @router.get("/api/search", dependencies=[READ], response_model=FoundResponse, responses=error_responses(400, 404, 422))
-def search(store: StoreDep, show: BodyPolicy,
+def search(store: StoreDep, mask: Masking,
            q: SearchQuery,
            topic: TopicFilter = None, begin: Begin = 0, end: End = FAR_FUTURE_MS, max: Max = DEFAULT_QUERY_MAX,
            cursor: Annotated[str | None, Query(max_length=64, description="next_cursor of the page before.",
@@ -87,6 +87,6 @@ def search(store: StoreDep, show: BodyPolicy,
     """One search box: recognises what it was given and looks it up, newest first, a page of
     `max` at a time (`next_cursor` leads to the next; null on the last page). An unknown topic is 404."""
     page = search_page(store, q, topic, begin, end, max, parse_cursor(cursor))
-    return {"ok": True, "messages": [message_dict(m, show(m)) for m in page.messages], "truncated": page.more,
-            "searched_topics": page.searched_topics, "recognised_as": page.recognised_as or None,
-            "next_cursor": page.next_cursor}
+    return mask({"ok": True, "messages": [message_dict(m) for m in page.messages], "truncated": page.more,
+                 "searched_topics": page.searched_topics, "recognised_as": page.recognised_as or None,
+                 "next_cursor": page.next_cursor})

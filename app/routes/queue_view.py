@@ -12,7 +12,7 @@ from app.params import ConsumerGroupPath, GroupQuery, TopicPath
 from app.presenters import message_dict
 from app.routes import error_responses
 from app.schemas import OffsetResponse, OffsetUpdate, QueueMessagesResponse
-from app.security import MESSAGING, READ, BodyPolicy
+from app.security import MESSAGING, READ, Masking
 from app.services import queue_view
 from store.broker.pull import MAX_PULL_MESSAGES
 
@@ -22,7 +22,7 @@ router = APIRouter(tags=["consuming"])
 @router.get("/api/topics/{topic}/queues/{queue_id}/messages", dependencies=[READ], response_model=QueueMessagesResponse,
             responses=error_responses(400, 404, 422))
 def read_queue(
-    topic: TopicPath, store: StoreDep, show: BodyPolicy,
+    topic: TopicPath, store: StoreDep, mask: Masking,
     queue_id: Annotated[int, Path(ge=0)],
     offset: Annotated[int | None, Query(ge=0, description="First queue offset to read; default: the group's "
                                         "committed offset, else the queue's first message.")] = None,
@@ -34,9 +34,9 @@ def read_queue(
     view: nothing is recorded as delivered and no offset moves (commit with PUT .../offsets).
     An offset outside the queue reads from its nearest end; dead-letter topics are refused (400)."""
     window = queue_view.read_queue(store, topic, queue_id, offset, max, tags, group)
-    return {"ok": True, "topic": window.topic, "queue_id": window.queue_id, "offset": window.offset,
-            "next_offset": window.next_offset, "min_offset": window.min_offset, "max_offset": window.max_offset,
-            "messages": [message_dict(m, show(m)) for m in window.messages]}
+    return mask({"ok": True, "topic": window.topic, "queue_id": window.queue_id, "offset": window.offset,
+                 "next_offset": window.next_offset, "min_offset": window.min_offset, "max_offset": window.max_offset,
+                 "messages": [message_dict(m) for m in window.messages]})
 
 
 @router.put("/api/groups/{group}/offsets", response_model=OffsetResponse, dependencies=[MESSAGING],

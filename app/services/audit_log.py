@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.masking import Body
 from app.models import AuditEntry, ResendItem
 from app.services.errors import InvalidRequestError
 
@@ -34,9 +35,33 @@ class AuditPage:
     next_cursor: str | None
 
 
+def _edited_message(entry: AuditEntry, detail: dict) -> str | None:
+    """The message an edit belongs to: the one dead letter a resend with an edit names."""
+    result = detail.get("result")
+    items = result.get("items") if isinstance(result, dict) else None
+    if isinstance(items, list) and len(items) == 1 and isinstance(items[0], dict):
+        return items[0].get("dead_letter")
+    return entry.target.removeprefix("message:") if entry.target.startswith("message:") else None
+
+
+def _mask_edits(entry: AuditEntry, detail: dict) -> dict:
+    """An edit's body diff (in a resend's request and result) is body content of the dead letter
+    it edited: wrapped, it shows as the caller may see that message's body (app.masking)."""
+    owner = None
+    for part in ("request", "result"):
+        edit = detail.get(part, {}).get("edit") if isinstance(detail.get(part), dict) else None
+        body = edit.get("body") if isinstance(edit, dict) else None
+        if isinstance(body, dict):
+            owner = owner or _edited_message(entry, detail)
+            stand_in = {"masked": True, "size_before": body.get("size_before"), "size_after": body.get("size_after")}
+            detail[part] = {**detail[part], "edit": {**edit, "body": Body(owner, body, masked=stand_in)}}
+    return detail
+
+
 def entry_dict(entry: AuditEntry) -> dict:
+    """An entry as it leaves: message body content in its detail wrapped (app.masking)."""
     try:
-        detail = json.loads(entry.detail)
+        detail = _mask_edits(entry, json.loads(entry.detail))
     except ValueError:
         detail = {"raw": entry.detail}
     return {"id": entry.id, "at_ms": entry.at_ms, "actor": entry.actor, "role": entry.role, "action": entry.action,

@@ -14,6 +14,7 @@ from store.format.codec import StoredMessage
 
 REVEAL_BODY = "reveal_body"
 REVEAL_LASTS_MS = 15 * 60 * 1000
+CHUNK = 500  # message ids per query
 
 
 def _target(msg: StoredMessage) -> str:
@@ -29,15 +30,19 @@ def reveal(sessions: sessionmaker[Session], clock: Clock, msg: StoredMessage, *,
                      reason=reason)
 
 
-def shows_body(sessions: sessionmaker[Session], clock: Clock, msg: StoredMessage, principal: Principal) -> bool:
-    """The principal sees the body: by role, or by a reveal of this message in the last 15 minutes."""
+def revealed(sessions: sessionmaker[Session], clock: Clock, principal: Principal, owners: set[str]) -> set[str]:
+    """Of these messages (offset ids), those whose bodies the principal sees: all of them for a
+    role that reads bodies, else those it revealed in the last 15 minutes."""
     if principal.can(Permission.READ_BODIES):
-        return True
-    if not principal.can(Permission.READ) or principal.kind == "anonymous":
-        return False
+        return set(owners)
+    if not owners or not principal.can(Permission.READ) or principal.kind == "anonymous":
+        return set()
     since = clock.now_ms() - REVEAL_LASTS_MS
+    targets = sorted(f"message:{owner}" for owner in owners)
+    found: set[str] = set()
     with sessions() as s:
-        found = s.scalars(select(AuditEntry.id)
-                          .where(AuditEntry.action == REVEAL_BODY, AuditEntry.actor == principal.name,
-                                 AuditEntry.target == _target(msg), AuditEntry.at_ms >= since).limit(1)).first()
-    return found is not None
+        for start in range(0, len(targets), CHUNK):
+            found.update(s.scalars(select(AuditEntry.target).where(
+                AuditEntry.action == REVEAL_BODY, AuditEntry.actor == principal.name,
+                AuditEntry.target.in_(targets[start:start + CHUNK]), AuditEntry.at_ms >= since)))
+    return {target.removeprefix("message:") for target in found}
