@@ -535,6 +535,10 @@ class RevealRequest(Strict):
     reason: Reason = None
 
 
+class JobControlRequest(Strict):
+    reason: Reason = None
+
+
 class MeResponse(BaseModel):
     ok: Literal[True] = True
     name: str

@@ -66,6 +66,6 @@ def start_job(request: Request, store: StoreDep, sessions: SessionsDep, clock: C
 @router.post("/redrive-jobs/{job_id}/{command}")
 def control_job(job_id: Annotated[int, Path(ge=1, le=2**31)],
                 command: Annotated[str, Path(pattern="^(pause|resume|cancel)$")], sessions: SessionsDep,
-                clock: ClockDep, actor: Redriver):
-    redrive.control_job(sessions, clock, job_id, command, actor=actor)
+                clock: ClockDep, actor: Redriver, reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None):
+    redrive.control_job(sessions, clock, job_id, command, actor=actor, reason=reason)
     return RedirectResponse(f"/redrive-jobs/{job_id}", status_code=303)

@@ -14,6 +14,7 @@ from fastapi.responses import Response
 from app.deps import ClockDep, SessionsDep, StoreDep
 from app.routes import error_responses
 from app.schemas import (
+    JobControlRequest,
     RedriveItemOut,
     RedriveItemsResponse,
     RedriveJobCreate,
@@ -68,9 +69,12 @@ def get_job(job_id: JobId, request: Request, sessions: SessionsDep) -> RedriveJo
 @router.post("/api/redrive-jobs/{job_id}/{command}", response_model=RedriveJobResponse,
              responses=error_responses(400, 404, 409, 422))
 def control(job_id: JobId, command: Annotated[str, Path(pattern="^(pause|resume|cancel)$")],
-            sessions: SessionsDep, clock: ClockDep, actor: Redriver) -> RedriveJobResponse:
-    """pause, resume (also starts a planned job) or cancel (queued items are skipped)."""
-    return RedriveJobResponse(job=job_out(redrive.control_job(sessions, clock, job_id, command, actor=actor)))
+            sessions: SessionsDep, clock: ClockDep, actor: Redriver,
+            body: JobControlRequest | None = None) -> RedriveJobResponse:
+    """pause, resume (also starts a planned job) or cancel (queued items are skipped), with an
+    optional reason for the audit log."""
+    view = redrive.control_job(sessions, clock, job_id, command, actor=actor, reason=body.reason if body else None)
+    return RedriveJobResponse(job=job_out(view))
 
 
 @router.get("/api/redrive-jobs/{job_id}/items", response_model=RedriveItemsResponse, dependencies=[READ],

@@ -22,6 +22,7 @@ from store.message_store import MessageStore
 
 DELAY_LEVELS = "delay_levels"
 SET_DELAY_LEVELS = "set_delay_levels"
+ROLLBACK_DELAY_LEVELS = "rollback_delay_levels"
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,9 @@ def dropped_levels(store: MessageStore, levels: str) -> dict[int, int]:
 def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, levels: str, *,
                      actor: Principal, lock: threading.Lock, idempotency_key: str | None = None,
                      reason: str | None = None, expected_version: int | None = None,
-                     allow_dropped_levels: bool = False) -> DelayLevelsView:
-    """Record a new version of the table (with its audit entry), then make the store use it.
+                     allow_dropped_levels: bool = False, rollback_to: int | None = None) -> DelayLevelsView:
+    """Record a new version of the table (with its audit entry: the table before and after, and
+    for a rollback, `rollback_to`, from which version to which), then make the store use it.
     `lock` serializes changes, so the store always ends on the newest version. With
     `expected_version`, a table changed since that version is refused (409) with the current
     one. A table without levels the store has used is refused unless `allow_dropped_levels`:
@@ -97,7 +99,11 @@ def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock
                    or 0) + 1
         s.add(ConfigVersion(kind=DELAY_LEVELS, version=version, value=levels, created_at_ms=clock.now_ms(),
                             actor=actor.name, reason=reason))
-        return {"version": version}
+        result = {"version": version, "before": {"version": current.version, "levels": current.levels},
+                  "after": {"version": version, "levels": levels}}
+        if rollback_to is not None:
+            result.update(from_version=current.version, to_version=rollback_to)
+        return result
 
     def act(decided: dict) -> None:
         store.set_delay_levels(levels)
@@ -120,8 +126,10 @@ def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock
             raise ConflictError(f"the new table drops levels in use: {names}; messages waiting keep their time, "
                                 "but producers asking for those levels would get the last level's delay. Allow "
                                 "dropped levels to do it anyway")
-        done = audit.perform(sessions, clock, actor=actor, action=SET_DELAY_LEVELS, target=DELAY_LEVELS,
-                             request={"levels": levels}, intent=intent, act=act, undo=undo,
+        action, request = ((SET_DELAY_LEVELS, {"levels": levels}) if rollback_to is None
+                           else (ROLLBACK_DELAY_LEVELS, {"version": rollback_to}))
+        done = audit.perform(sessions, clock, actor=actor, action=action, target=DELAY_LEVELS,
+                             request=request, intent=intent, act=act, undo=undo,
                              idempotency_key=idempotency_key, reason=reason)
     return DelayLevelsView(levels, done.result["version"])
 
@@ -148,7 +156,8 @@ def reconcile_delay_levels(store: MessageStore, sessions: sessionmaker[Session])
                 return audit.OK, "completed at start-up", None
             return audit.FAILED, f"interrupted; version {newest.version if newest else '?'} replaced it", None
 
-        done += audit.settle_pending(s, SET_DELAY_LEVELS, settle)
+        for action in (SET_DELAY_LEVELS, ROLLBACK_DELAY_LEVELS):
+            done += audit.settle_pending(s, action, settle)
     return done
 
 
@@ -197,7 +206,7 @@ def rollback(store: MessageStore, sessions: sessionmaker[Session], clock: Clock,
     why = f"rollback to version {version}" + (f": {reason.strip()}" if reason and reason.strip() else "")
     return set_delay_levels(store, sessions, clock, row.value, actor=actor, lock=lock, reason=why,
                             expected_version=expected_version, allow_dropped_levels=allow_dropped_levels,
-                            idempotency_key=idempotency_key)
+                            idempotency_key=idempotency_key, rollback_to=version)
 
 
 def preview(store: MessageStore, levels: str, max_reconsume_times: int = DEFAULT_RETRY_MAX_TIMES) -> dict:

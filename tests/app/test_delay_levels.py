@@ -63,7 +63,8 @@ async def test_put_records_a_version_and_an_audit_entry_then_applies(api, applie
     [entry] = entries
     assert (entry.action, entry.target, entry.outcome, entry.at_ms) == (SET_DELAY_LEVELS, DELAY_LEVELS, "ok",
                                                                           clock.now_ms())
-    assert json.loads(entry.detail) == {"request": {"levels": NEW}, "result": {"version": 1}}
+    assert json.loads(entry.detail) == {"request": {"levels": NEW}, "result": {
+        "version": 1, "before": {"version": 0, "levels": DEFAULT_DELAY_LEVELS}, "after": {"version": 1, "levels": NEW}}}
     r = await api.client.put(URL, json={"levels": "1m"})
     assert r.json()["version"] == 2 and applied == [NEW, "1m"]
 
