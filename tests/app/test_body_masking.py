@@ -9,6 +9,7 @@ import base64
 import csv
 import io
 import itertools
+import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,8 +17,10 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from fastapi.encoders import jsonable_encoder
 from fastapi.routing import APIRoute
 
+from app.masking import Body
 from store.format import topics
 from tests.app.conftest import TEST_HOST, Running, bearer, make_settings, put_messages, running
 from tests.app.test_resend import GROUP, receive
@@ -264,3 +267,13 @@ async def test_the_audit_views_show_a_viewer_an_edits_sizes_not_its_diff(world):
     sizes = {"size_before": len(BODIES["edited"]), "size_after": len(EDITED_BODY)}
     assert entry["detail"]["result"]["edit"]["body"] == entry["detail"]["request"]["edit"]["body"] == {
         "masked": True, **sizes}
+
+
+def test_a_body_left_wrapped_gives_nothing_away():
+    """Data that misses the edge fails closed: no encoder turns a wrapped body into its content."""
+    wrapped = {"message": {"body_text": Body("ID", "Zq7Kx-content")}}
+    assert not leaks(str(wrapped)) and not leaks(repr(wrapped)) and not leaks(f"{wrapped}")
+    with pytest.raises(TypeError):
+        json.dumps(wrapped)
+    with pytest.raises(ValueError):
+        jsonable_encoder(wrapped)
