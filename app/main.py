@@ -29,6 +29,7 @@ from app.content_type import JsonContentTypeMiddleware
 from app.db import make_engine, migrate, session_factory
 from app.errors import error_response, install_error_handlers
 from app.headers import SecurityHeadersMiddleware
+from app.lingering_close import LingeringCloseMiddleware
 from app.pages import admin as admin_page
 from app.pages import analytics as analytics_page
 from app.pages import audit as audit_page
@@ -250,6 +251,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
                        budget=ByteBudget(settings.max_large_bodies_bytes), refuse=_refuse_body)
     app.add_middleware(JsonTwinMiddleware)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.host_names())
+    app.add_middleware(LingeringCloseMiddleware)  # outermost: after any early answer, the body's rest is read
     return app
 
 
