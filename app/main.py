@@ -66,6 +66,7 @@ from app.services.demo import DemoWorkload
 from app.services.flow import PutGate
 from app.services.login_limit import LoginLimiter
 from app.services.metrics import metrics_registry
+from app.services.password_checks import PasswordCheckPool
 from app.services.pipeline_command import PipelineSetup
 from app.services.pipeline_runner import PipelineRunner
 from app.services.put_batcher import PutBatcher
@@ -229,7 +230,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.receive_gate = PutGate(settings.max_receives, activity="receives")
     app.state.config_lock = threading.Lock()  # one configuration change at a time
     app.state.renderer = Renderer(project_dir() / "templates")
-    app.state.login_limiter = LoginLimiter(settings.failed_logins_per_minute)
+    app.state.login_limiter = LoginLimiter(clock, settings.failed_logins_per_minute)
+    app.state.password_checks = PasswordCheckPool(settings.password_checks, settings.password_checks_waiting)
     app.state.principal_cache = PrincipalCache(clock)
     app.state.dead_letters = DeadLetterCache()
     app.state.rates = RateSampler()  # messages/s on the dashboard
