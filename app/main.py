@@ -217,6 +217,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         finally:
             trimmer.stop()
             gc.unfreeze()
+            app.state.password_checks.close()
             await run_in_threadpool(_stop, resources)
 
     app = FastAPI(title="mqlens", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
