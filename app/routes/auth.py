@@ -62,14 +62,14 @@ async def login(request: Request, renderer: RendererDep, sessions: SessionsDep, 
         async with checks.slot():
             if wait_s := limiter.retry_after_s(name, client):  # failures recorded while this one waited
                 return refused(wait_s, "too many failed sign-ins")
-            limiter.failed(name, client)
+            charged_at_ms = limiter.failed(name, client)
             principal = await checks.in_thread(accounts.authenticate, sessions, name, password)
     except FlowControlError as busy:
         return refused(busy.retry_after_s, "too many sign-ins in progress")
     if principal is None:
         return _login_page(request, renderer, next_url=next_url, name=name, status=401,
                            error="wrong user name or password (or the user is disabled)")
-    limiter.succeeded(name, client)
+    limiter.succeeded(name, client, charged_at_ms)
     ttl_ms = request.app.state.settings.session_ttl_s * 1000
     session_id = await run_in_threadpool(accounts.start_session, sessions, clock, principal.name, ttl_ms)
     request.session.clear()

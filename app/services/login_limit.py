@@ -51,6 +51,11 @@ class _Recent:
         while len(self._times) > MAX_TRACKED:
             self._times.popitem(last=False)
 
+    def take_back(self, key: str, at_ms: int) -> None:
+        times = self._times.get(key)
+        if times is not None and at_ms in times:
+            times.remove(at_ms)
+
 
 class LoginLimiter:
     def __init__(self, clock: Clock, free_failures: int):
@@ -80,9 +85,10 @@ class LoginLimiter:
         until = max(self._backoff_until_ms(name, client, now), self._per_address.full_until_ms(client, now))
         return max(1, math.ceil((until - now) / 1000)) if until > now else 0
 
-    def failed(self, name: str, client: str) -> None:
+    def failed(self, name: str, client: str) -> int:
         """A failure of `name` from `client`; charged before the password is checked, so that
-        guesses sent in parallel meet the failures of the ones before them."""
+        guesses sent in parallel meet the failures of the ones before them. Returns its time,
+        for `succeeded` to take it back."""
         name, now = self._name_key(name), self.clock.now_ms()
         failures, last_ms = self._pairs.pop((name, client), (0, 0))
         if now - last_ms >= FORGET_AFTER_MS:
@@ -92,7 +98,12 @@ class LoginLimiter:
             self._pairs.popitem(last=False)
         self._per_address.add(client, now)
         self._per_name.add(name, now)
+        return now
 
-    def succeeded(self, name: str, client: str) -> None:
-        """The name signed in from there: its failures from there are forgotten."""
-        self._pairs.pop((self._name_key(name), client), None)
+    def succeeded(self, name: str, client: str, charged_at_ms: int) -> None:
+        """The name signed in from there: its failures from there are forgotten, and the charge
+        made before the check is taken back."""
+        name = self._name_key(name)
+        self._pairs.pop((name, client), None)
+        self._per_address.take_back(client, charged_at_ms)
+        self._per_name.take_back(name, charged_at_ms)

@@ -12,6 +12,8 @@ import anyio
 import httpx
 import pytest
 
+from app.services.login_limit import LoginLimiter
+from store.clock import FakeClock
 from tests.app.conftest import TEST_HOST, make_settings, running
 from tests.live_server import LiveServer, wait_until
 
@@ -82,6 +84,18 @@ async def test_a_name_under_attack_from_many_addresses_gives_each_address_one_tr
         async with browser(api, "198.51.100.201") as other:
             for _ in range(2):
                 assert (await sign_in(other, "olga", "guess-guess-guess")).status_code == 401
+
+
+def test_successful_sign_ins_count_against_no_limit():
+    """Each try is charged as a failure before its password is checked; a success takes it back."""
+    limiter = LoginLimiter(FakeClock(), free_failures=1)  # ten failures a minute from one address
+    for n in range(30):
+        assert limiter.retry_after_s(f"user-{n % 3}", OWNER) == 0
+        limiter.succeeded(f"user-{n % 3}", OWNER, limiter.failed(f"user-{n % 3}", OWNER))
+    for n in range(10):
+        assert limiter.retry_after_s(f"other-{n}", OWNER) == 0
+        limiter.failed(f"other-{n}", OWNER)
+    assert limiter.retry_after_s("other-10", OWNER) == 60
 
 
 @pytest.mark.anyio
