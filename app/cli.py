@@ -365,7 +365,10 @@ def serve(
     # store is closed that signal only ends `serve`, with status 0.
     ignored = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        uvicorn.run(server_app, host=settings.host, port=settings.port, workers=1, log_level="info")
+        # X-Forwarded-For is believed from the configured proxies only (uvicorn's default: from loopback).
+        proxies = settings.trusted_proxy_list()
+        uvicorn.run(server_app, host=settings.host, port=settings.port, workers=1, log_level="info",
+                    proxy_headers=bool(proxies), forwarded_allow_ips=proxies or [])
     finally:
         for sig, handler in ignored.items():
             signal.signal(sig, handler)

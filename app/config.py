@@ -4,6 +4,7 @@ No instance is made at import time; `create_app(settings)` gets one from its cal
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 from pathlib import Path
 from typing import Literal
@@ -58,7 +59,17 @@ class Settings(BaseSettings):
     admin_password: SecretStr | None = None  # the first admin's password on a fresh database
     session_ttl_s: int = Field(8 * 3600, ge=60, le=30 * 24 * 3600)
     secure_cookies: bool = False  # mark the session cookie Secure (serve behind HTTPS)
-    failed_logins_per_minute: int = Field(5, ge=1)  # per user name; ten times as many per client address
+    # Failed sign-ins of one name from one address before each further try waits (1 s, doubling up
+    # to 15 min); ten times as many a minute from one address, and past five times as many for one
+    # name in 15 min every address gets one (app/services/login_limit.py).
+    failed_logins_per_minute: int = Field(5, ge=1)
+    # Passwords checked at once (Argon2id: 64 MiB and a core each), and sign-ins that may wait for
+    # a check; beyond them: 429.
+    password_checks: int = Field(2, ge=1, le=64)
+    password_checks_waiting: int = Field(8, ge=0)
+    # Proxies in front of the server whose X-Forwarded-For / X-Forwarded-Proto are believed:
+    # addresses or networks, comma-separated. Empty: no one's (the peer address is the client's).
+    trusted_proxies: str = ""
     resend_limit: int = Field(100, ge=1)  # dead letters one support action may resend
     # Request bodies: a larger one is refused (413) before it is read. Routes that carry message
     # bodies (produce, resend with an edit) take up to max_request_bytes, the others max_small_request_bytes.
@@ -91,6 +102,18 @@ class Settings(BaseSettings):
             return None
         spec = " ".join(spec.split())
         parse_delay_levels(spec)  # its ValueError names the bad level
+        return spec
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_addresses(cls, spec: str) -> str:
+        for entry in (e.strip() for e in spec.split(",")):
+            if entry:
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    raise ValueError(f"a trusted proxy is an IP address or network (10.0.0.0/8), not {entry!r}") \
+                        from None
         return spec
 
     @field_validator("pipeline_command")
@@ -135,6 +158,9 @@ class Settings(BaseSettings):
 
     def listens_beyond_loopback(self) -> bool:
         return self.host not in ("127.0.0.1", "localhost", "::1") and not self.host.startswith("127.")
+
+    def trusted_proxy_list(self) -> list[str]:
+        return [entry.strip() for entry in self.trusted_proxies.split(",") if entry.strip()]
 
     def geometry(self) -> StoreGeometry:
         given = {name: getattr(self, name) for name in

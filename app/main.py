@@ -29,6 +29,7 @@ from app.content_type import JsonContentTypeMiddleware
 from app.db import make_engine, migrate, session_factory
 from app.errors import error_response, install_error_handlers
 from app.headers import SecurityHeadersMiddleware
+from app.lingering_close import LingeringCloseMiddleware
 from app.pages import admin as admin_page
 from app.pages import analytics as analytics_page
 from app.pages import audit as audit_page
@@ -65,6 +66,7 @@ from app.services.demo import DemoWorkload
 from app.services.flow import PutGate
 from app.services.login_limit import LoginLimiter
 from app.services.metrics import metrics_registry
+from app.services.password_checks import PasswordCheckPool
 from app.services.pipeline_command import PipelineSetup
 from app.services.pipeline_runner import PipelineRunner
 from app.services.put_batcher import PutBatcher
@@ -215,6 +217,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         finally:
             trimmer.stop()
             gc.unfreeze()
+            app.state.password_checks.close()
             await run_in_threadpool(_stop, resources)
 
     app = FastAPI(title="mqlens", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
@@ -228,7 +231,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.receive_gate = PutGate(settings.max_receives, activity="receives")
     app.state.config_lock = threading.Lock()  # one configuration change at a time
     app.state.renderer = Renderer(project_dir() / "templates")
-    app.state.login_limiter = LoginLimiter(settings.failed_logins_per_minute)
+    app.state.login_limiter = LoginLimiter(clock, settings.failed_logins_per_minute)
+    app.state.password_checks = PasswordCheckPool(settings.password_checks, settings.password_checks_waiting)
     app.state.principal_cache = PrincipalCache(clock)
     app.state.dead_letters = DeadLetterCache()
     app.state.rates = RateSampler()  # messages/s on the dashboard
@@ -250,6 +254,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
                        budget=ByteBudget(settings.max_large_bodies_bytes), refuse=_refuse_body)
     app.add_middleware(JsonTwinMiddleware)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.host_names())
+    app.add_middleware(LingeringCloseMiddleware)  # outermost: after any early answer, the body's rest is read
     return app
 
 

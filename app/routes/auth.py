@@ -15,6 +15,9 @@ from app.roles import GRANTS
 from app.schemas import MeResponse
 from app.security import SESSION_KEY, current_principal
 from app.services import accounts
+from app.services.login_limit import LoginLimiter
+from app.services.password_checks import PasswordCheckPool
+from store.errors import FlowControlError
 
 router = APIRouter(tags=["accounts"])
 
@@ -44,19 +47,29 @@ def login_page(request: Request, renderer: RendererDep, next: str | None = None)
 async def login(request: Request, renderer: RendererDep, sessions: SessionsDep, clock: ClockDep,
                 name: Annotated[str, Form(max_length=64)], password: Annotated[str, Form(max_length=256)],
                 next: Annotated[str, Form(max_length=2000)] = "/") -> Response:
-    limiter = request.app.state.login_limiter
+    limiter: LoginLimiter = request.app.state.login_limiter
+    checks: PasswordCheckPool = request.app.state.password_checks
     client = request.client.host if request.client else "unknown"
     next_url = safe_next(next)
-    wait_s = limiter.retry_after_s(name, client)
-    if wait_s:
+
+    def refused(wait_s: int, why: str) -> Response:
         return _login_page(request, renderer, next_url=next_url, name=name, status=429,
-                           error=f"too many failed sign-ins: try again in {wait_s} s",
-                           headers={"Retry-After": str(wait_s)})
-    principal = await run_in_threadpool(accounts.authenticate, sessions, name, password)
+                           error=f"{why}: try again in {wait_s} s", headers={"Retry-After": str(wait_s)})
+
+    if wait_s := limiter.retry_after_s(name, client):
+        return refused(wait_s, "too many failed sign-ins")
+    try:
+        async with checks.slot():
+            if wait_s := limiter.retry_after_s(name, client):  # failures recorded while this one waited
+                return refused(wait_s, "too many failed sign-ins")
+            charged_at_ms = limiter.failed(name, client)
+            principal = await checks.in_thread(accounts.authenticate, sessions, name, password)
+    except FlowControlError as busy:
+        return refused(busy.retry_after_s, "too many sign-ins in progress")
     if principal is None:
-        limiter.failed(name, client)
         return _login_page(request, renderer, next_url=next_url, name=name, status=401,
                            error="wrong user name or password (or the user is disabled)")
+    limiter.succeeded(name, client, charged_at_ms)
     ttl_ms = request.app.state.settings.session_ttl_s * 1000
     session_id = await run_in_threadpool(accounts.start_session, sessions, clock, principal.name, ttl_ms)
     request.session.clear()
