@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="seconds to wait before each fresh run (default 5)")
     ap.add_argument("--workdir", help="directory for the temporary stores (default: the system temp dir)")
     ap.add_argument("--out", type=Path, help="write the results section into this markdown file")
+    ap.add_argument("--baseline-tree", type=Path,
+                    help="also run `store load` from this source tree (an export of an earlier commit, its compiled "
+                         "modules built), fresh, in every round: a before-and-after measured in the same run")
     args = ap.parse_args(argv)
     if args.messages <= 0 or args.messages % GROUP_SIZE:
         ap.error(f"--messages must be a positive multiple of {GROUP_SIZE}")
@@ -65,10 +68,10 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def byte_compile_project() -> None:
+def byte_compile_project(tree: Path) -> None:
     """Byte-compile the project's modules, as installing a package does, so that the timed
     command does not compile them from source where the environment forbids writing caches."""
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "app", "store", "pipeline"], cwd=rocketmq_store.REPO,
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "app", "store", "pipeline"], cwd=tree,
                    check=True, capture_output=True)
 
 
@@ -77,11 +80,15 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_mqlens(params: systems.Params, source: Path, store_dir: Path, expected_last_key: str) -> dict[str, Any]:
+def run_mqlens(params: systems.Params, source: Path, store_dir: Path, expected_last_key: str,
+               tree: Path = rocketmq_store.REPO) -> dict[str, Any]:
     cpu0 = children_cpu_s()
-    seconds, done = systems._run_command([sys.executable, "-m", "app.cli", "store", "load", "--store",
-                                          str(store_dir), str(source)])
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "app.cli", "store", "load", "--store", str(store_dir), str(source)],
+                          capture_output=True, cwd=tree)  # `-m` imports from the working directory first
+    seconds = time.perf_counter() - t0
     cpu = children_cpu_s() - cpu0  # the command and its reader process
+    done.stdout, done.stderr = done.stdout.decode(), done.stderr.decode(errors="replace")
     systems.expect(done.returncode == 0, f"store load failed: {done.stderr[-500:]}")
     lines = done.stdout.splitlines()
     systems.expect(len(lines) == params.messages, f"store load printed {len(lines)} lines for {params.messages}")
@@ -90,7 +97,8 @@ def run_mqlens(params: systems.Params, source: Path, store_dir: Path, expected_l
 
 
 def run_round(n: int, args: argparse.Namespace, ctx: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    order = SYSTEMS[n % len(SYSTEMS):] + SYSTEMS[:n % len(SYSTEMS)]
+    names = SYSTEMS + (("mqlens-baseline",) if args.baseline_tree else ())
+    order = names[n % len(names):] + names[:n % len(names)]
     out: dict[str, dict[str, Any]] = {}
     for name in order:
         store_dir = ctx["root"] / f"store-{name}"
@@ -104,7 +112,8 @@ def run_round(n: int, args: argparse.Namespace, ctx: dict[str, Any]) -> dict[str
             r = rocketmq_store.run(ctx["classes"], ctx["classpath"], ctx["rocketmq_input"], store_dir)
             systems.expect(r["messages"] == args.messages, "RocketMQ appended a different count")
         else:
-            r = run_mqlens(ctx["params"], ctx["ndjson"], store_dir, ctx["last_key"])
+            tree = args.baseline_tree if name == "mqlens-baseline" else rocketmq_store.REPO
+            r = run_mqlens(ctx["params"], ctx["ndjson"], store_dir, ctx["last_key"], tree)
         if warm_rate is not None:
             r["warmup_write_mb_per_s"] = warm_rate
         shutil.rmtree(store_dir, ignore_errors=True)
@@ -116,9 +125,12 @@ def run_round(n: int, args: argparse.Namespace, ctx: dict[str, Any]) -> dict[str
 
 def render(args: argparse.Namespace, rounds: list[dict[str, Any]], seconds: float) -> str:
     flags = given_flags(args, parse_args([]), ("messages", "rounds", "settle_s"))
-    med = {name: statistics.median(r[name]["msgs_per_s"] for r in rounds) for name in SYSTEMS}
+    if args.baseline_tree:
+        flags += f" --baseline-tree .../{args.baseline_tree.name}"
+    names = [name for name in rounds[0] if name != "order"]
+    med = {name: statistics.median(r[name]["msgs_per_s"] for r in rounds) for name in names}
     ratios = {name: [r[name]["msgs_per_s"] / r["rocketmq"]["msgs_per_s"] for r in rounds]
-              for name in ("mqlens-fresh", "mqlens-warmed")}
+              for name in names if name != "rocketmq"}
     fresh_ratio = statistics.median(ratios["mqlens-fresh"])
     rmq_process = statistics.median(r["rocketmq"]["process_s"] for r in rounds)
 
@@ -144,6 +156,8 @@ def render(args: argparse.Namespace, rounds: list[dict[str, Any]], seconds: floa
             "first put until dispatch caught up (JVM start not counted)"),
         row("mqlens-fresh", "`mqlens store load` into a fresh store, no warm-up: the whole process, start to exit"),
         row("mqlens-warmed", "`mqlens store load` into a fresh store after the memory warm-up: the whole process"),
+        *([row("mqlens-baseline", f"the same fresh-store load by the code of `{args.baseline_tree.name}` "
+               "(the baseline tree given)")] if "mqlens-baseline" in names else []),
         "",
         f"- Target: the fresh-store load at least {TARGET_RATIO:.2f}× RocketMQ's append in the same round: measured "
         f"{fresh_ratio:.2f}× (per round {', '.join(f'{x:.2f}' for x in ratios['mqlens-fresh'])}) — "
@@ -182,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         cp = rocketmq_store.classpath()
         classes = root / "classes"
         rocketmq_store.compile_harness(classes, cp)
-        byte_compile_project()
+        for tree in (rocketmq_store.REPO, args.baseline_tree):
+            if tree is not None:
+                byte_compile_project(tree)
         params = systems.Params(messages=args.messages, batch=1000, seed=DEFAULT_SEED, lookups=1, warmup=1,
                                 single_messages=1, workdir=str(root), key_window=DEFAULT_KEY_WINDOW)
         wl = Workload(args.messages, DEFAULT_SEED, DEFAULT_KEY_WINDOW)
