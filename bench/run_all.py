@@ -4,9 +4,10 @@
 Runs the store benchmark at 1,000,000 messages, three rounds (medians reported), then the
 scheduler lateness benchmark (100,000 pending messages, about a minute), then a first load of
 200,000 messages into a fresh store beside RocketMQ's store (bench.fresh_load: needs Java and the
-RocketMQ fixture's jars), and writes their sections of docs/performance.md (raw results in bench/results/, which git ignores). Extra
-arguments go to bench.store_bench. The REST and console page benchmarks run on their own
-(`python -m bench.rest_throughput`, `python -m bench.page_latency`).
+RocketMQ fixture's jars), and writes their sections of docs/performance.md (raw results in
+bench/results/, which git ignores). Extra arguments go to bench.store_bench. The REST and
+console page benchmarks run on their own (`python -m bench.rest_throughput`,
+`python -m bench.page_latency`).
 """
 
 from __future__ import annotations
