@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -48,7 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.fresh_load", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=200_000, help="messages per run (default 200,000)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of the three runs; medians reported (default 3)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every system; medians reported (default 3)")
     ap.add_argument("--settle-s", type=float, default=5.0,
                     help="seconds to wait before each fresh run (default 5)")
     ap.add_argument("--workdir", help="directory for the temporary stores (default: the system temp dir)")
@@ -108,12 +109,14 @@ def run_round(n: int, args: argparse.Namespace, ctx: dict[str, Any]) -> dict[str
             warm_rate = warm_page_cache(ctx["root"], args.messages * WARMUP_BYTES_PER_MESSAGE)
         else:
             time.sleep(args.settle_s)
+        load_average = os.getloadavg()[0]
         if name == "rocketmq":
             r = rocketmq_store.run(ctx["classes"], ctx["classpath"], ctx["rocketmq_input"], store_dir)
             systems.expect(r["messages"] == args.messages, "RocketMQ appended a different count")
         else:
             tree = args.baseline_tree if name == "mqlens-baseline" else rocketmq_store.REPO
             r = run_mqlens(ctx["params"], ctx["ndjson"], store_dir, ctx["last_key"], tree)
+        r["load_average"] = load_average
         if warm_rate is not None:
             r["warmup_write_mb_per_s"] = warm_rate
         shutil.rmtree(store_dir, ignore_errors=True)
@@ -147,7 +150,7 @@ def render(args: argparse.Namespace, rounds: list[dict[str, Any]], seconds: floa
         *run_lines("bench.fresh_load", flags, seconds),
         f"- Workload: the first {args.messages:,} messages of bench.store_bench's workload (seed {DEFAULT_SEED}, "
         f"1 KiB random body, TAGS, KEYS of two keys, a UNIQ_KEY, 4 queues; key window {DEFAULT_KEY_WINDOW}); "
-        f"{args.rounds} rounds, each running the three systems in an order rotated from round to round",
+        f"{args.rounds} rounds, each running every system once, in an order rotated from round to round",
         "",
         "| system | messages/s (median) | seconds | CPU seconds | ÷ RocketMQ, same round (median) "
         "| per round, messages/s |",
@@ -167,6 +170,9 @@ def render(args: argparse.Namespace, rounds: list[dict[str, Any]], seconds: floa
         "the store's, the JIT compiler's, the collector's) over its timed span; mqlens's are those of the whole "
         "command and its reader process, start to exit. On a shared host CPU time varies less than wall time.",
         "- Order of the runs per round: " + "; ".join(" → ".join(r["order"]["systems"]) for r in rounds) + ".",
+        "- The host's load average (1 minute) as each run started: from "
+        f"{min(r[n]['load_average'] for r in rounds for n in names):.1f} to "
+        f"{max(r[n]['load_average'] for r in rounds for n in names):.1f} (2 cores, shared with other work).",
         "- Warm-up writes before the warmed runs: " + ", ".join(
             f"{r['mqlens-warmed']['warmup_write_mb_per_s']:,.0f} MB/s" for r in rounds) + ".",
         "",
