@@ -205,7 +205,8 @@ def store_load(
         from app import ndjson_load  # parsing starts while the store is imported
         from store.message_store import MessageStore, StoreConfig
 
-        with MessageStore.open(store, StoreConfig(geometry=geometry, flush=flush, trace=trace)) as s:
+        config = StoreConfig(geometry=geometry, flush=flush, trace=trace, drop_flushed_pages=True)
+        with MessageStore.open(store, config) as s:
             try:
                 ndjson_load.load(s, batches, output.write)
             except (LoadLineError, ReaderError) as exc:

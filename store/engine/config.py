@@ -37,6 +37,9 @@ class StoreConfig:
     put_wait_ms: int = 1000  # a send that waits longer than this for the store is refused (busy)
     file_reserved_hours: float = DEFAULT_RESERVED_HOURS
     retention_check_ms: int = 0  # > 0: a thread deletes expired segments this often
+    # A bulk load: log pages a flush made durable leave the page cache, so that the load keeps
+    # reusing the same memory rather than touching new memory for every page it writes
+    drop_flushed_pages: bool = False
 
     def min_free_bytes(self) -> int:
         """The free space below which writes are refused."""

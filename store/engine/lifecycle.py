@@ -260,7 +260,8 @@ class StoreLifecycle:
                 self._committer.covered(reach, traced)
             Checkpoint(ts, ts, ts).write(self.paths.checkpoint)
             # Behind what the dispatcher has read too: under a burst it lags the writer by megabytes.
-            self.commitlog.release_before(min(reach, dispatched) - RESIDENT_TAIL_BYTES)
+            self.commitlog.release_before(min(reach, dispatched) - RESIDENT_TAIL_BYTES,
+                                          drop_cached=self.config.drop_flushed_pages)
             self.index.release_pages(RESIDENT_INDEX_TAIL_BYTES)
             self.offsets.persist()
             for state_file, state in states:

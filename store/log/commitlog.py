@@ -36,6 +36,7 @@ class CommitLog:
         self.end = 0
         # Lookups read records before it with pread, not through the mapping (see read_apart).
         self._released_to = 0
+        self._dropped_to = 0
         self._warmer = SegmentWarmer(self._segment_for, file_size)
         self._load_segments()
 
@@ -192,15 +193,22 @@ class CommitLog:
         for seg in self.dirty_files():
             seg.sync()
 
-    def release_before(self, phys: int) -> None:
+    def release_before(self, phys: int, *, drop_cached: bool = False) -> None:
         """Unmap the pages of the log before `phys` (see MappedFile.release), those read back
-        since the last call too; later reads of records there do not map them again."""
+        since the last call too; later reads of records there do not map them again. With
+        `drop_cached` (only for bytes already synced), the pages written since the last drop
+        also leave the page cache (MappedFile.drop_cached)."""
+        dropped_to = self._dropped_to
+        if drop_cached:
+            self._dropped_to = max(dropped_to, phys)
         self._released_to = max(self._released_to, phys)
         for i, seg in enumerate(self._segments):
             start = self._base + i * self.file_size
             if start >= phys:
                 break
             seg.release_before(phys - start)
+            if drop_cached and start + self.file_size > dropped_to:
+                seg.drop_cached(max(0, dropped_to - start), phys - start)
 
     # -- reading -----------------------------------------------------------------------------
     def view(self, phys: int) -> tuple[MappedFile, int]:

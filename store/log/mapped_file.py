@@ -192,6 +192,16 @@ class MappedFile:
     def release_before(self, pos: int) -> None:
         self.release(0, pos)
 
+    def drop_cached(self, start: int, end: int) -> None:
+        """Ask the kernel to drop the file's page cache pages of [start, end): those already on
+        disk and mapped by no one are freed at once, and the next pages the kernel hands out are
+        likely these, recently used, rather than memory first touched (release them first)."""
+        end = min(end, self.size)
+        if self._fd is None or end <= start:
+            return
+        with contextlib.suppress(OSError):  # advice only: a file system may ignore it
+            os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_DONTNEED)
+
     def close(self) -> None:
         if isinstance(self.buf, mmap.mmap) and not self.buf.closed:
             self.flush()

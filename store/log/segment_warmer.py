@@ -12,7 +12,7 @@ from collections.abc import Callable
 from store.format.recordio import populate
 from store.log.mapped_file import PAGE, MappedFile
 
-WARM_AHEAD_BYTES = 64 << 20
+WARM_AHEAD_BYTES = 16 << 20
 WARM_STEP_BYTES = 4 << 20
 
 

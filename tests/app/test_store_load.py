@@ -19,6 +19,7 @@ from app import ndjson_load, ndjson_parse
 from store.engine.results import PutResult
 from store.errors import InvalidMessageError
 from store.format.hosts import HostAddress
+from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore
 from tests.conftest import GOLDEN_GEOMETRY_FLAGS
 from tests.store.helpers import small_config
@@ -325,3 +326,24 @@ def test_lines_written_in_the_background_keep_their_order_and_a_closed_reader_is
     with pytest.raises(BrokenPipeError), ndjson_parse.BackgroundWriter(w) as writer:
         writer.write(b"lost\n")
     os.close(w)
+
+
+def test_a_load_leaves_what_it_wrote_on_disk_but_not_in_the_page_cache(tmp_path):
+    """A bulk load writes behind (issue #25): it does not fill the page cache with the log it
+    wrote, reusing the same memory page after page instead."""
+    from tests.store.test_drop_flushed_pages import EDGE_BYTES, cached_bytes
+
+    body = base64.b64encode(b"x" * 3000).decode()
+    text = "".join(json.dumps({"topic": "LoadT", "body_base64": body, "keys": [f"k-{i}"]}) + "\n"
+                   for i in range(6000))  # about 18 MiB of log
+    geometry = ("--commitlog-file-size", str(64 * 1024 * 1024), "--cq-file-size", "20000", "--index-slots", "1000",
+                "--index-entries", "40000")
+    code, results, err = _load(tmp_path, text, *geometry)
+    assert code == 0, err
+    [segment] = (tmp_path / "s" / "commitlog").iterdir()
+    end = results[-1]["phys_offset"]
+    assert end > 12 * 1024 * 1024
+    assert cached_bytes(segment, 0, 8 * 1024 * 1024) <= EDGE_BYTES
+    stored = StoreGeometry(64 * 1024 * 1024, 20000, 1000, 40000)
+    with MessageStore.open(tmp_path / "s", small_config(geometry=stored), read_only=True) as store:
+        assert store.query_by_key("LoadT", "k-5999").messages[0].body == b"x" * 3000

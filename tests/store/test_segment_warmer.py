@@ -65,3 +65,24 @@ def test_warmer_gives_up_quietly_on_a_read_only_segment(tmp_path):
     wait_until(lambda: warmer._stopped, 10, "the warmer to give up", poll_s=0.001)
     warmer.stop()
     read_only.close()
+
+
+def test_a_small_first_load_faults_in_little_beyond_what_it_wrote(tmp_path):
+    """On a fresh store every page faulted in is memory touched for the first time (issue #25):
+    the warmer keeps 16 MiB ahead of the writer, not 64 MiB a small load never writes. The kernel
+    may fault in more around what the warmer asks for (the device's read_ahead_kb: 8 MiB here)."""
+    from store.log.geometry import StoreGeometry
+    from store.message_store import MessageStore, NewMessage
+    from tests.store.helpers import small_config
+    from tests.store.test_drop_flushed_pages import cached_bytes
+
+    geometry = StoreGeometry(128 * 1024 * 1024, 20 * 1000, 1000, 4000)
+    with MessageStore.open(tmp_path, small_config(geometry=geometry, flush="async")) as store:
+        store.put_many([NewMessage("Small", b"s" * 1000) for _ in range(1000)])
+        written = store.commitlog.end
+        warmer = store.commitlog._warmer
+        wait_until(lambda: warmer._warmed_to >= written + 12 * 1024 * 1024, 10, "warming ahead", poll_s=0.01)
+        time_for_more = threading.Event()
+        time_for_more.wait(0.2)  # a warmer going further than it should would have done so by now
+        [segment] = [path for _, path in store.commitlog.segments()]
+        assert cached_bytes(segment, 0, geometry.commitlog_file_size) <= written + 40 * 1024 * 1024
