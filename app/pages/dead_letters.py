@@ -13,6 +13,7 @@ from fastapi import APIRouter, Form, Request
 from app.deps import ClockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
 from app.pages.params import as_form_time, optional_int, optional_time_ms
+from app.roles import Permission
 from app.security import READ, Resender
 from app.services import dead_letters
 from app.services import resend as resend_service
@@ -33,6 +34,21 @@ def inbox_filter(begin: str | None, end: str | None, key: str | None, tag: str |
                   (tag or "").strip() or None, (reason or "").strip() or None, (state or "").strip() or None)
 
 
+def _offers(request: Request, group: str | None, wanted: Filter, found: dead_letters.Inbox) -> dict:
+    """What the signed-in role may do with what matches, and only when there is something to do:
+    resend all that match (at most its per-action limit), plan a redrive job over the waiting ones."""
+    principal = getattr(request.state, "principal", None)
+
+    def may(permission: Permission) -> bool:
+        return principal is not None and principal.can(permission)
+
+    limit = resend_service.MAX_IDS if may(Permission.REDRIVE) else request.app.state.settings.resend_limit
+    redrivable = found.total if wanted.state else found.counts.get("waiting", 0)
+    return {"resend_all": bool(group) and may(Permission.RESEND) and 0 < found.total <= limit,
+            "resend_limit": limit if may(Permission.RESEND) else 0,
+            "redrive": bool(group) and may(Permission.REDRIVE) and redrivable > 0}
+
+
 def _inbox_page(request: Request, renderer, store, sessions, clock, group: str | None, begin, end, key, tag,
                 reason, state, cursor, limit):
     wanted = inbox_filter(begin, end, key, tag, reason, state)
@@ -49,6 +65,7 @@ def _inbox_page(request: Request, renderer, store, sessions, clock, group: str |
         rows.append(row)
     data = {
         "nav": "dead_letters", "group": group, "messages": rows, "total": found.total, "counts": found.counts,
+        "offers": _offers(request, group, wanted, found),
         "oldest_waiting_ms": found.oldest_waiting_ms, "truncated": found.truncated,
         "now_ms": clock.now_ms(),
         "next_url": f"{base}?" + urlencode({**query, "cursor": found.next_cursor, "limit": size})
