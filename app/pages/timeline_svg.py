@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 
 from app.services.timeline_hops import Hop
+from store.format import topics
 
 BROKER_LANE = "producer / broker"
 LABEL_WIDTH = 170  # lane names
@@ -44,6 +45,7 @@ def timeline_layout(hops: list[Hop], groups: list[str]) -> dict:
     for i, hop in enumerate(hops):
         date, clock = _clock(hop.time_ms)
         points.append({"x": LABEL_WIDTH + STEP // 2 + i * STEP, "y": lane_y[hop.group], "kind": hop.kind,
+                       "line": _line_of(hop, lane_names),
                        "label": hop.label + (f" #{hop.attempt}" if hop.attempt else ""), "clock": clock,
                        "date": date if date != shown_date else None, "time_ms": hop.time_ms, "group": hop.group,
                        "detail": hop.detail, "derived": hop.derived, "offset_msg_id": hop.offset_msg_id})
@@ -54,13 +56,23 @@ def timeline_layout(hops: list[Hop], groups: list[str]) -> dict:
             "lanes": lanes, "points": points, "lines": lines}
 
 
+def _line_of(hop: Hop, groups: list[str | None]) -> str | None:
+    """The group whose line goes through a hop: its own, or for a dead letter resent to a
+    group's retry topic (drawn on the broker's lane) that group."""
+    if hop.group is not None or hop.kind != "resent" or not hop.topic:
+        return hop.group
+    owners = [g for g in groups if g is not None and (hop.topic == topics.retry_topic(g)
+                                                     or hop.topic.startswith(topics.retry_topic(g) + "_"))]
+    return max(owners, key=len) if owners else None  # the longest name: GID_a_b over GID_a
+
+
 def _line(points: list[dict], group: str | None) -> dict:
     """The line of one lane through its points. A group's starts at the broker's last point
     before the group's first (where the message forked to it) and runs along the broker's lane
     until just before the group's first point, so it crosses no other group's point."""
-    own = [p for p in points if p["group"] == group]
+    own = [p for p in points if p["line"] == group]
     corners = [(p["x"], p["y"]) for p in own]
-    fork = [p for p in points if p["group"] is None and own and p["x"] < own[0]["x"]] if group is not None else []
+    fork = [p for p in points if p["line"] is None and own and p["x"] < own[0]["x"]] if group is not None else []
     gaps = [{"x": (a["x"] + b["x"]) // 2, "y": (a["y"] + b["y"]) // 2 + 13,  # below the line, between two times
              "ms": b["time_ms"] - a["time_ms"]} for a, b in zip(own, own[1:], strict=False)]
     if fork:

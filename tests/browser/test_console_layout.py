@@ -85,6 +85,12 @@ def test_the_timeline_resend_confirmation_opens_inside_the_window(open_page, api
         save_screenshot(page, screenshots, "timeline-resend-confirm-phone")
     form.get_by_role("button", name=f"Resend to {group}").click()
     expect(page.get_by_test_id("resent-sentence")).to_contain_text(f"1 message back to group {group} only")
+    # back on the timeline, the group's line goes from its dead letter through the resend
+    page.goto(f"/messages/{put['offset_msg_id']}/timeline")
+    resent = page.locator("svg.timeline circle.hop.resent")
+    expect(resent).to_have_count(1)
+    [line] = [line for line in page.locator("svg.timeline").evaluate(POINTS_BY_LINE) if line["group"] == group]
+    assert f"{resent.get_attribute('cx')},{resent.get_attribute('cy')}" in line["points"], line
 
 
 @pytest.mark.parametrize("width", WIDTHS)
