@@ -29,15 +29,23 @@ def _preview(store, levels: str, group: str | None) -> dict:
 
 @router.get(PAGE, dependencies=[READ])
 def delay_levels_page(request: Request, store: StoreDep, sessions: SessionsDep, renderer: RendererDep,
-                      group: str | None = None):
+                      group: str | None = None, saved: str | None = None):
     current = config.get_delay_levels(store, sessions)
     groups = known_groups(store)
     chosen = group if group in groups else None
+    history = [vars(v) for v in config.history(sessions, store)]
     data = {"nav": "config", "current": {"levels": current.levels, "version": current.version,
                                          "source": current.source},
-            "preview": _preview(store, current.levels, chosen), "groups": groups,
-            "history": [vars(v) for v in config.history(sessions, store)]}
+            "preview": _preview(store, current.levels, chosen), "groups": groups, "history": history,
+            "saved": _saved_version(saved, history)}
     return renderer.page(request, "config/delay_levels.html", data)
+
+
+def _saved_version(saved: str | None, history: list[dict]) -> int | None:
+    """The version a save or rollback just made (the redirect names it), when it is one."""
+    if saved is None or not saved.isdigit():
+        return None
+    return int(saved) if any(v["version"] == int(saved) for v in history) else None
 
 
 @router.get(f"{PAGE}/preview", dependencies=[READ])
@@ -55,10 +63,10 @@ def save(store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Configu
          reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None,
          allow_dropped_levels: Annotated[bool, Form()] = False,
          idempotency_key: Annotated[str | None, Form(max_length=255)] = None):
-    config.set_delay_levels(store, sessions, clock, levels.strip(), actor=actor, lock=lock, reason=reason,
-                            expected_version=optional_int(expected_version, "version"),
-                            allow_dropped_levels=allow_dropped_levels, idempotency_key=idempotency_key or None)
-    return RedirectResponse(PAGE, status_code=303)
+    view = config.set_delay_levels(store, sessions, clock, levels.strip(), actor=actor, lock=lock, reason=reason,
+                                   expected_version=optional_int(expected_version, "version"),
+                                   allow_dropped_levels=allow_dropped_levels, idempotency_key=idempotency_key or None)
+    return RedirectResponse(f"{PAGE}?saved={view.version}", status_code=303)
 
 
 @router.post(f"{PAGE}/rollback")
@@ -66,7 +74,7 @@ def rollback(store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Con
              version: Annotated[str, Form(max_length=12)], expected_version: Annotated[str, Form(max_length=12)],
              reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None,
              allow_dropped_levels: Annotated[bool, Form()] = False):
-    config.rollback(store, sessions, clock, optional_int(version, "version", low=1) or 0, actor=actor, lock=lock,
-                    reason=reason, expected_version=optional_int(expected_version, "version"),
-                    allow_dropped_levels=allow_dropped_levels)
-    return RedirectResponse(PAGE, status_code=303)
+    view = config.rollback(store, sessions, clock, optional_int(version, "version", low=1) or 0, actor=actor,
+                           lock=lock, reason=reason, expected_version=optional_int(expected_version, "version"),
+                           allow_dropped_levels=allow_dropped_levels)
+    return RedirectResponse(f"{PAGE}?saved={view.version}", status_code=303)

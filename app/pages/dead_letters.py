@@ -13,6 +13,7 @@ from fastapi import APIRouter, Form, Request
 from app.deps import ClockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
 from app.pages.params import as_form_time, optional_int, optional_time_ms
+from app.roles import Permission
 from app.security import READ, Resender
 from app.services import dead_letters
 from app.services import resend as resend_service
@@ -33,6 +34,21 @@ def inbox_filter(begin: str | None, end: str | None, key: str | None, tag: str |
                   (tag or "").strip() or None, (reason or "").strip() or None, (state or "").strip() or None)
 
 
+def _offers(request: Request, group: str | None, wanted: Filter, found: dead_letters.Inbox) -> dict:
+    """What the signed-in role may do with what matches, and only when there is something to do:
+    resend all that match (at most its per-action limit), plan a redrive job over the waiting ones."""
+    principal = getattr(request.state, "principal", None)
+
+    def may(permission: Permission) -> bool:
+        return principal is not None and principal.can(permission)
+
+    limit = resend_service.MAX_IDS if may(Permission.REDRIVE) else request.app.state.settings.resend_limit
+    redrivable = found.total if wanted.state else found.counts.get("waiting", 0)
+    return {"resend_all": bool(group) and may(Permission.RESEND) and 0 < found.total <= limit,
+            "resend_limit": limit if may(Permission.RESEND) else 0,
+            "redrive": bool(group) and may(Permission.REDRIVE) and redrivable > 0}
+
+
 def _inbox_page(request: Request, renderer, store, sessions, clock, group: str | None, begin, end, key, tag,
                 reason, state, cursor, limit):
     wanted = inbox_filter(begin, end, key, tag, reason, state)
@@ -49,6 +65,7 @@ def _inbox_page(request: Request, renderer, store, sessions, clock, group: str |
         rows.append(row)
     data = {
         "nav": "dead_letters", "group": group, "messages": rows, "total": found.total, "counts": found.counts,
+        "offers": _offers(request, group, wanted, found),
         "oldest_waiting_ms": found.oldest_waiting_ms, "truncated": found.truncated,
         "now_ms": clock.now_ms(),
         "next_url": f"{base}?" + urlencode({**query, "cursor": found.next_cursor, "limit": size})
@@ -153,10 +170,15 @@ def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: Cloc
     if not ids:
         raise InvalidRequestError("select at least one dead letter to resend")
     back = f"/groups/{group}/dead-letters"
+    asked = {"group": group, "ids": ids, "destination": destination, "topic": topic or "", "reason": reason or "",
+             "back_url": back, "edit": {"on": edit, "body": edit_body, "properties": edit_properties or ""}}
     if not confirm:
-        plan = resend_service.resend(store, sessions, clock, group, ids, actor=actor, destination=chosen,
-                                     dry_run=True, reason=reason, force=force, limit=settings.resend_limit,
-                                     edit=changes)
+        try:
+            plan = resend_service.resend(store, sessions, clock, group, ids, actor=actor, destination=chosen,
+                                         dry_run=True, reason=reason, force=force, limit=settings.resend_limit,
+                                         edit=changes)
+        except resend_service.AlreadyResentError as exc:
+            return _already_resent(request, renderer, asked, exc)
         going = [r for r in plan.results if r.status == "would_resend"]
         data = {"nav": "dead_letters", "group": group, "results": plan.results,
                 "sentence": _sentence(len(going), group, chosen, {r.destination for r in going if r.destination}),
@@ -164,11 +186,24 @@ def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: Cloc
                 "reason": reason or "", "force": force, "click_key": secrets.token_urlsafe(16), "back_url": back,
                 "edit": {"on": edit, "body": edit_body, "properties": edit_properties or "", "diff": plan.diff}}
         return renderer.page(request, "dead_letters/confirm.html", data)
-    done = resend_service.resend(store, sessions, clock, group, ids, actor=actor, destination=chosen, reason=reason,
-                                 force=force, idempotency_key=idempotency_key or None, limit=settings.resend_limit,
-                                 edit=changes)
+    try:
+        done = resend_service.resend(store, sessions, clock, group, ids, actor=actor, destination=chosen,
+                                     reason=reason, force=force, idempotency_key=idempotency_key or None,
+                                     limit=settings.resend_limit, edit=changes)
+    except resend_service.AlreadyResentError as exc:
+        return _already_resent(request, renderer, asked, exc)
     ok = [r for r in done.results if r.status == "ok"]
     data = {"nav": "dead_letters", "group": group, "results": done.results, "action_id": done.action_id,
             "replayed": done.replayed, "back_url": back,
             "sentence": _sentence(len(ok), group, chosen, {r.destination for r in ok if r.destination})}
     return renderer.page(request, "dead_letters/resent.html", data)
+
+
+def _already_resent(request: Request, renderer, asked: dict, exc: resend_service.AlreadyResentError):
+    """The 409 of a resend of dead letters resent already: which ones, by whom and when, the way
+    back, and the same resend again, forced, with the reason it needs."""
+    earlier = [{"dead_letter_id": item.dead_letter_id, "actor": item.actor, "at_ms": item.at_ms,
+                "new_offset_msg_id": item.new_offset_msg_id} for item in exc.earlier.values()]
+    data = {"nav": "dead_letters", **asked, "error": str(exc), "status": 409, "earlier": earlier,
+            "click_key": secrets.token_urlsafe(16)}
+    return renderer.page(request, "dead_letters/already_resent.html", data, status=409)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from typing import Annotated
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse
@@ -29,15 +29,25 @@ def groups_page(request: Request, store: StoreDep, renderer: RendererDep):
     return renderer.page(request, "groups/groups.html", {"nav": "groups", "groups": group_rows(store)})
 
 
+def reset_topics(store, offsets: list) -> tuple[list[str], list[str]]:
+    """The topics an offset reset can name: those the group consumes first (its own topics before
+    its retry topic), then every other user topic."""
+    consumed = sorted({o.topic for o in offsets}, key=lambda t: (is_system_topic(t), t))
+    others = sorted(t for t in store.topics() if not is_system_topic(t) and t not in consumed)
+    return consumed, others
+
+
 @router.get("/groups/{group}", dependencies=[READ])
-def group_page(group: str, request: Request, store: StoreDep, renderer: RendererDep):
+def group_page(group: str, request: Request, store: StoreDep, renderer: RendererDep, saved: str | None = None,
+               reset: str | None = None):
     data = group_detail(store, group, request.app.state.clock.now_ms())
     dlq = data["dead_letters"]["topic"]
     links = {"dlq_topic_url": topic_url(dlq) if data["dead_letters"]["queues"] else None,
              "dlq_inbox_url": f"/groups/{quote(group, safe='')}/dead-letters"}
-    topics_known = sorted({o.topic for o in data["offsets"]} | {t for t in store.topics() if not is_system_topic(t)})
-    return renderer.page(request, "groups/group.html", {"nav": "groups", "group": data, "topics": topics_known,
-                                                        **links})
+    consumed, others = reset_topics(store, data["offsets"])
+    done = {"settings_saved": saved == "settings", "reset_topic": reset if reset in consumed + others else None}
+    return renderer.page(request, "groups/group.html", {"nav": "groups", "group": data, "topics": consumed + others,
+                                                        "consumed_topics": consumed, **done, **links})
 
 
 @router.post("/groups/{group}/settings")
@@ -51,7 +61,7 @@ def save_settings(group: str, store: StoreDep, sessions: SessionsDep, clock: Clo
                              max_reconsume_times=optional_int(max_reconsume_times, "Max reconsume times",
                                                               high=10_000),
                              consume_mode=consume_mode)
-    return RedirectResponse(f"/groups/{quote(group, safe='')}", status_code=303)
+    return RedirectResponse(f"/groups/{quote(group, safe='')}?saved=settings", status_code=303)
 
 
 def _reset_target(to: str, value: str | None) -> object:
@@ -78,6 +88,7 @@ def reset_offsets(group: str, request: Request, store: StoreDep, sessions: Sessi
         rows = offset_reset.plan(store, group, topic, target, queue)
         return renderer.page(request, "groups/reset.html", {
             "nav": "groups", "group": group, "topic": topic, "rows": [asdict(r) for r in rows], "to": to,
-            "value": value or "", "queue_id": queue_id or "", "reason": reason or ""})
+            "value": value or "", "queue_id": queue_id or "", "reason": reason or "",
+            "time_ms": target["time"] if isinstance(target, dict) and "time" in target else None})
     offset_reset.reset(store, sessions, clock, group, topic, target, actor=actor, queue_id=queue, reason=reason)
-    return RedirectResponse(f"/groups/{quote(group, safe='')}", status_code=303)
+    return RedirectResponse(f"/groups/{quote(group, safe='')}?{urlencode({'reset': topic})}", status_code=303)

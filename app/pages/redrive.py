@@ -15,7 +15,7 @@ from app.pages.dead_letters import FormText, destination_choice, inbox_filter
 from app.pages.params import optional_int
 from app.render import is_htmx
 from app.security import READ, Redriver
-from app.services import redrive
+from app.services import redrive, redrive_report
 from app.services.audit import MAX_REASON
 
 router = APIRouter(include_in_schema=False)
@@ -35,12 +35,15 @@ def jobs_page(request: Request, sessions: SessionsDep, renderer: RendererDep):
 
 
 @router.get("/redrive-jobs/{job_id}", dependencies=[READ])
-def job_page(job_id: Annotated[int, Path(ge=1, le=2**31)], request: Request, sessions: SessionsDep,
+def job_page(job_id: Annotated[int, Path(ge=1, le=2**31)], request: Request, store: StoreDep, sessions: SessionsDep,
              renderer: RendererDep):
     view = redrive.get_job(sessions, job_id, request.app.state.redrive)
     items = redrive.job_items(sessions, job_id)
+    cache = request.app.state.dead_letters
     shown = [{"dead_letter_id": i.dead_letter_id, "status": i.status, "destination": i.destination,
-              "new_offset_msg_id": i.new_offset_msg_id, "error": i.error} for i in items[:ITEMS_SHOWN]]
+              "new_offset_msg_id": i.new_offset_msg_id, "error": i.error,
+              **asdict(redrive_report.facts(store, cache, view.group, i.dead_letter_id))}
+             for i in items[:ITEMS_SHOWN]]
     # htmx stops polling on 286: a job that no longer runs has no progress to show
     status = HTMX_STOP_POLLING if is_htmx(request) and view.state != redrive.RUNNING else 200
     return renderer.page(request, "redrive/job.html", {"nav": "dead_letters", "job": _job(view), "items": shown,

@@ -23,7 +23,7 @@ from app.schemas import (
     RedriveJobsResponse,
 )
 from app.security import READ, Redriver
-from app.services import redrive
+from app.services import redrive, redrive_report
 from app.services.dead_letters import Filter
 
 router = APIRouter(tags=["redrive jobs"])
@@ -87,13 +87,20 @@ def items(job_id: JobId, sessions: SessionsDep) -> RedriveItemsResponse:
 
 @router.get("/api/redrive-jobs/{job_id}/report.csv", response_class=Response, dependencies=[READ],
             responses=error_responses(404, 422))
-def report(job_id: JobId, sessions: SessionsDep) -> Response:
-    """The per-message report as CSV: resent, skipped or failed, and why."""
+def report(job_id: JobId, request: Request, store: StoreDep, sessions: SessionsDep) -> Response:
+    """The per-message report as CSV: each dead letter's keys, the topic it was consumed from,
+    its born time (epoch ms and ISO 8601 UTC) and failure reason; then resent, skipped or failed,
+    and why."""
+    group = redrive.get_job(sessions, job_id).group
+    cache = request.app.state.dead_letters
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["dead_letter_id", "status", "destination", "new_offset_msg_id", "error"])
+    writer.writerow(["dead_letter_id", "keys", "topic", "born_timestamp", "born_time_utc", "reason", "status",
+                     "destination", "new_offset_msg_id", "error"])
     for item in redrive.job_items(sessions, job_id):
-        writer.writerow([item.dead_letter_id, item.status, item.destination, item.new_offset_msg_id or "",
-                         item.error or ""])
+        told = redrive_report.facts(store, cache, group, item.dead_letter_id)
+        writer.writerow([item.dead_letter_id, " ".join(told.keys), told.topic or "",
+                         "" if told.born_timestamp is None else told.born_timestamp, told.born_time_utc, told.reason,
+                         item.status, item.destination, item.new_offset_msg_id or "", item.error or ""])
     return Response(out.getvalue(), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": f'attachment; filename="redrive-job-{job_id}.csv"'})

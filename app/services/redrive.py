@@ -178,6 +178,11 @@ _NEXT_STATE = {"pause": ((RUNNING,), PAUSED), "resume": ((PAUSED, PLANNED), RUNN
                "cancel": ((RUNNING, PAUSED, PLANNED), CANCELLED)}
 
 
+# What a command did, as the job page says it: "running · started by olga", "paused · paused by otto"
+_DONE_BY = {("pause", RUNNING): "paused", ("resume", PLANNED): "started", ("resume", PAUSED): "resumed",
+            ("cancel", PLANNED): "cancelled", ("cancel", RUNNING): "cancelled", ("cancel", PAUSED): "cancelled"}
+
+
 def control_job(sessions: sessionmaker[Session], clock: Clock, job_id: int, command: str, *,
                 actor: Principal, reason: str | None = None) -> JobView:
     """pause, resume (a planned job: start) or cancel; audited."""
@@ -191,7 +196,7 @@ def control_job(sessions: sessionmaker[Session], clock: Clock, job_id: int, comm
         if job.state not in allowed:
             raise ConflictError(f"job {job_id} is {job.state}: it cannot {command}")
         before = job.state
-        job.state, job.state_reason = target, f"{command} by {actor.name}"
+        job.state, job.state_reason = target, f"{_DONE_BY[command, before]} by {actor.name}"
         if target == RUNNING and job.started_at_ms is None:
             job.started_at_ms = clock.now_ms()
         if target == CANCELLED:
@@ -345,7 +350,7 @@ class RedriveRunner:
                             .where(ResendItem.job_id == job.id, ResendItem.status.in_((QUEUED, PENDING))))
             if not left:
                 s.execute(update(RedriveJob).where(RedriveJob.id == job.id, RedriveJob.state == RUNNING)
-                          .values(state=DONE, finished_at_ms=self.clock.now_ms(), state_reason="every item done"))
+                          .values(state=DONE, finished_at_ms=self.clock.now_ms(), state_reason="every item handled"))
         self._tokens.pop(job.id, None)
 
     def _too_many_dead(self, job: RedriveJob) -> bool:

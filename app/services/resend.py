@@ -136,6 +136,14 @@ class ItemResult:
     error: str | None = None
 
 
+class AlreadyResentError(ConflictError):
+    """Some of the dead letters were resent already: a resend of them again needs force and a reason."""
+
+    def __init__(self, message: str, earlier: dict[str, Row]):
+        super().__init__(message)
+        self.earlier = earlier  # dead letter id -> the item that resent it
+
+
 @dataclass(frozen=True)
 class ResendOutcome:
     action_id: int | None  # None for a dry run
@@ -251,9 +259,9 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
         earlier = resent_before(sessions, [dead.offset_msg_id for _, dead, _ in chosen])
         if earlier:
             first = next(iter(earlier.values()))
-            raise ConflictError(f"{len(earlier)} of these dead letters {'was' if len(earlier) == 1 else 'were'} "
-                                f"resent already ({first.dead_letter_id} by {first.actor}): leave them out, or "
-                                "force with a reason")
+            raise AlreadyResentError(f"{len(earlier)} of these dead letters {'was' if len(earlier) == 1 else 'were'} "
+                                     f"resent already ({first.dead_letter_id} by {first.actor}): leave them out, or "
+                                     "force with a reason", earlier)
     diff = edit_diff(chosen[0][1], edit) if edit is not None and chosen else None
     if dry_run:
         for message_id, dead, target in chosen:

@@ -152,7 +152,7 @@ def _dead_letter_hops(msg: StoredMessage, max_reconsume_times: Callable[[str], i
     attempts = msg.reconsume_times
     limit = max_reconsume_times(group)
     if topics.DLQ_ORIGIN_TOPIC in msg.properties:  # receive/ack style: the count is of delivery attempts
-        why = f"{attempts} delivery attempts failed (the group allows {limit + 1})"
+        why = f"{attempts} delivery attempt{'' if attempts == 1 else 's'} failed (the group allows {limit + 1})"
     else:
         reconsumed = max(attempts - 1, 0)
         if reconsumed >= limit:

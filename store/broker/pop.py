@@ -460,7 +460,8 @@ class PopService:
         result = store._append_planned([built], now)[0]
         sub.remove(entry)
         if self._tracing(sub):
-            why = f"{entry.attempt} delivery attempts failed; last: {entry.last_failure}"
+            why = (f"{entry.attempt} delivery attempt{'' if entry.attempt == 1 else 's'} failed; "
+                   f"last: {entry.last_failure}")
             events.append(TraceEvent(TraceKind.DEAD_LETTER, entry.unique_key, now, result.topic, result.queue_id,
                                      result.queue_offset, result.offset_msg_id, group=sub.group,
                                      attempt=entry.attempt, reconsume_times=entry.attempt, reason=why))

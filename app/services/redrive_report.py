@@ -1,0 +1,45 @@
+"""What a redrive job's list says of each dead letter besides its id: its keys, the topic it
+was consumed from, when it was born and why it failed, read from the store (blank once retention
+has deleted it), so a person can tell the messages apart before and after the job runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from app.services.dead_letters import DeadLetterCache
+from app.services.errors import ServiceError
+from app.services.resend import find_dead_letter
+from store.broker.retry import origin_topic
+from store.errors import StoreError
+from store.message_store import MessageStore
+
+
+@dataclass(frozen=True)
+class DeadLetterFacts:
+    keys: list[str]
+    topic: str | None  # the topic it was consumed from
+    born_timestamp: int | None  # epoch ms
+    reason: str
+
+    @property
+    def born_time_utc(self) -> str:
+        """ISO 8601 UTC to the millisecond, for the CSV report ("" when unknown or out of range)."""
+        if self.born_timestamp is None:
+            return ""
+        try:
+            moment = dt.datetime.fromtimestamp(self.born_timestamp / 1000, tz=dt.UTC)
+        except (OverflowError, OSError, ValueError):
+            return ""
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+UNKNOWN = DeadLetterFacts([], None, None, "")
+
+
+def facts(store: MessageStore, cache: DeadLetterCache, group: str, dead_letter_id: str) -> DeadLetterFacts:
+    try:
+        dead = find_dead_letter(store, group, dead_letter_id)
+    except (ServiceError, StoreError):  # gone with retention, or never there
+        return UNKNOWN
+    return DeadLetterFacts(list(dead.keys), origin_topic(dead), dead.born_timestamp, cache.reason(store, dead))
