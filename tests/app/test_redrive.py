@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select, update
 
 from app.models import RedriveJob, ResendItem
+from app.services.redrive import RedriveRunner, job_items
 from app.services.resend import ACTION_PROPERTY, RESENT_FROM_PROPERTY
 from store.format import topics
 from tests.app.conftest import assert_error, audit_rows, make_settings, put_messages, running
@@ -77,6 +78,51 @@ async def test_a_dry_run_lists_everything_then_resume_runs_exactly_that(api):
     assert actions == [("create_redrive_job", "bootstrap-admin"), ("control_redrive_job", "bootstrap-admin")]
     # a second job finds nothing waiting
     assert_error(await api.client.post(JOBS, json={"group": GROUP}), 400, "no dead letter matches")
+
+
+class PaceClock:
+    """The runner's seconds, moved by the test only."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def copies_in_order(api) -> list[str]:
+    """The dead letter each resent copy came from, in the order the copies were written."""
+    name = topics.pop_retry_topic(GROUP, "Orders")
+    return [api.store.get_by_queue_offset(name, queue_id, offset).properties[RESENT_FROM_PROPERTY]
+            for queue_id, lo, hi in api.store.topics().get(name, []) for offset in range(lo, hi)]
+
+
+async def test_a_job_keeps_its_rate_on_the_runners_clock_and_sends_in_order(api):
+    await dead_letters(api, 60)
+    api.app.state.redrive.stop()  # the test turns the runner itself, on a clock only it moves
+    pace = PaceClock()
+    runner = RedriveRunner(api.store, api.sessions, api.app.state.clock, pace_clock=pace)
+    job = (await api.client.post(JOBS, json={"group": GROUP, "dry_run": True, "rate_per_s": 16,
+                                             "reason": "pacing"})).json()["job"]
+    assert (await api.client.post(f"{JOBS}/{job['id']}/resume")).status_code == 200
+    sent = lambda: len(copies_in_order(api))  # noqa: E731
+    assert not runner.step() and sent() == 0  # no time has passed: nothing is sent
+    for eighth in range(1, 9):  # one second, an eighth at a time: 16 a second, 2 per eighth
+        pace.now += 0.125
+        assert runner.step()
+        assert sent() == 2 * eighth
+    assert not runner.step() and sent() == 16  # the clock stood still: nothing more
+    pace.now += 60  # a minute without a turn of the runner does not make a burst of 960
+    runner.step()
+    assert sent() == 16 + 3  # at most a fifth of a second's worth at once
+    while (await api.client.get(f"{JOBS}/{job['id']}")).json()["job"]["state"] == "running":
+        before = sent()
+        pace.now += 0.125
+        runner.step()
+        assert sent() - before <= 2
+    done = (await api.client.get(f"{JOBS}/{job['id']}")).json()["job"]
+    assert done["state"] == "done" and done["counts"]["ok"] == 60
+    assert copies_in_order(api) == [item.dead_letter_id for item in job_items(api.sessions, job["id"])]
 
 
 async def test_pause_resume_cancel(api):
