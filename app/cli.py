@@ -49,6 +49,20 @@ CqSize = Annotated[int, typer.Option("--cq-file-size", min=20, help="Consume que
 IndexSlots = Annotated[int, typer.Option("--index-slots", min=1, help="Hash slots per index file.")]
 IndexEntries = Annotated[int, typer.Option("--index-entries", min=2, help="Entries per index file.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+# The commands that read a store take what `serve` would use when an option is left out: the
+# MQLENS_* variables (MQLENS_STORE_DIR, else MQLENS_DATA_DIR/store; the geometry; the delay table).
+SettingsStoreDir = Annotated[Path | None, typer.Option(
+    "--store", help="Store directory (the folder holding commitlog/) [default: MQLENS_STORE_DIR, else "
+    "MQLENS_DATA_DIR/store, else ./data/store].")]
+SettingsCommitlogSize = Annotated[int | None, typer.Option(
+    "--commitlog-file-size", min=4096, help="Commit log segment bytes [default: MQLENS_COMMITLOG_FILE_SIZE, else "
+    "RocketMQ's].")]
+SettingsCqSize = Annotated[int | None, typer.Option(
+    "--cq-file-size", min=20, help="Consume queue file bytes [default: MQLENS_CQ_FILE_SIZE, else RocketMQ's].")]
+SettingsIndexSlots = Annotated[int | None, typer.Option(
+    "--index-slots", min=1, help="Hash slots per index file [default: MQLENS_INDEX_SLOTS, else RocketMQ's].")]
+SettingsIndexEntries = Annotated[int | None, typer.Option(
+    "--index-entries", min=2, help="Entries per index file [default: MQLENS_INDEX_ENTRIES, else RocketMQ's].")]
 DelayLevelsOpt = Annotated[str | None, typer.Option(
     "--delay-levels", help="The broker's delay level table ('1s 5s 10s ...', messageDelayLevel in its broker.conf) "
     "for a store without its own [default: inferred from its scheduled messages].")]
@@ -62,12 +76,25 @@ def _geometry(commitlog_file_size: int, cq_file_size: int, index_slots: int, ind
     return StoreGeometry(commitlog_file_size, cq_file_size, index_slots, index_entries)
 
 
+def _check_geometry(store: Path, geometry: StoreGeometry) -> None:
+    """Refuse, in words, a geometry the store's files were not written with."""
+    from store.log.geometry_check import geometry_mismatch
+
+    found = geometry_mismatch(store, geometry)
+    if found is None:
+        return
+    options = " and ".join(f"--{name.replace('_', '-')} (MQLENS_{name.upper()})" for name in found.settings)
+    raise CliError(f"{found.path} is {found.actual} bytes, but the store geometry makes such a file "
+                   f"{found.expected} bytes: give the store's own {options}")
+
+
 def _open_read_only(store: Path, geometry: StoreGeometry, delay_levels: str | None = None) -> MessageStore:
     from store.format.delay_levels import parse_delay_levels
     from store.message_store import MessageStore, StoreConfig
 
     if not store.is_dir():
         raise CliError(f"store directory {store} does not exist")
+    _check_geometry(store, geometry)
     if delay_levels is not None:
         delay_levels = " ".join(delay_levels.split())
         try:
@@ -75,6 +102,15 @@ def _open_read_only(store: Path, geometry: StoreGeometry, delay_levels: str | No
         except ValueError as exc:
             raise CliError(f"--delay-levels: {exc}") from None
     return MessageStore.open(store, StoreConfig(geometry=geometry, delay_levels=delay_levels), read_only=True)
+
+
+def _read_store(store: Path | None, commitlog_file_size: int | None, cq_file_size: int | None,
+                index_slots: int | None, index_entries: int | None, delay_levels: str | None = None) -> MessageStore:
+    """The store `serve` would open with the same MQLENS_* variables, read-only; the options given win."""
+    settings = _settings(store_dir=store, commitlog_file_size=commitlog_file_size, cq_file_size=cq_file_size,
+                         index_slots=index_slots, index_entries=index_entries)
+    return _open_read_only(settings.store_dir, settings.geometry(),
+                           delay_levels if delay_levels is not None else settings.delay_levels)
 
 
 def _store_value(name: str):
@@ -106,24 +142,28 @@ def _print_messages(messages, truncated: bool, as_json: bool) -> None:
         print("(results cut short: raise --max or narrow the time window)")
 
 
+def _oldest_first(messages: list) -> list:
+    """In commit log order, as mqadmin prints a lookup's messages (the store answers newest first)."""
+    return sorted(messages, key=lambda m: m.phys_offset)
+
+
 @app.command("query-msg-by-id")
 def query_msg_by_id(
-    store: StoreDir,
     msg_id: Annotated[str, typer.Option("-i", "--msg-id", help="Offset message id (32 or 56 hex chars).")],
     as_json: AsJson = False,
-    commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
-    cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
-    index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
-    index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+    commitlog_file_size: SettingsCommitlogSize = None,
+    cq_file_size: SettingsCqSize = None,
+    index_slots: SettingsIndexSlots = None,
+    index_entries: SettingsIndexEntries = None,
+    store: SettingsStoreDir = None,
 ) -> None:
     """Look a message up by its offset message id."""
-    with _open_read_only(store, _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)) as s:
+    with _read_store(store, commitlog_file_size, cq_file_size, index_slots, index_entries) as s:
         _print_messages([s.get_by_offset_id(msg_id)], False, as_json)
 
 
 @app.command("query-msg-by-key")
 def query_msg_by_key(
-    store: StoreDir,
     topic: Annotated[str, typer.Option("-t", "--topic")],
     key: Annotated[str, typer.Option("-k", "--key")],
     end: Annotated[int, typer.Option("--end", help="Latest store time (ms).", default_factory=_store_value(
@@ -132,48 +172,49 @@ def query_msg_by_key(
         "DEFAULT_QUERY_MAX"), show_default="32")],
     begin: Annotated[int, typer.Option("--begin", help="Earliest store time (ms).")] = 0,
     as_json: AsJson = False,
-    commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
-    cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
-    index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
-    index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+    commitlog_file_size: SettingsCommitlogSize = None,
+    cq_file_size: SettingsCqSize = None,
+    index_slots: SettingsIndexSlots = None,
+    index_entries: SettingsIndexEntries = None,
+    store: SettingsStoreDir = None,
 ) -> None:
-    """Messages of a topic carrying a business key, newest first."""
-    with _open_read_only(store, _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)) as s:
+    """Messages of a topic carrying a business key, oldest first as mqadmin lists them (the newest --max)."""
+    with _read_store(store, commitlog_file_size, cq_file_size, index_slots, index_entries) as s:
         result = s.query_by_key(topic, key, begin, end, max_results)
-        _print_messages(result.messages, result.truncated, as_json)
+        _print_messages(_oldest_first(result.messages), result.truncated, as_json)
 
 
 @app.command("query-msg-by-unique-key")
 def query_msg_by_unique_key(
-    store: StoreDir,
     topic: Annotated[str, typer.Option("-t", "--topic")],
     unique_key: Annotated[str, typer.Option("-i", "--unique-key", help="Client message id (UNIQ_KEY).")],
     as_json: AsJson = False,
-    commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
-    cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
-    index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
-    index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+    commitlog_file_size: SettingsCommitlogSize = None,
+    cq_file_size: SettingsCqSize = None,
+    index_slots: SettingsIndexSlots = None,
+    index_entries: SettingsIndexEntries = None,
+    store: SettingsStoreDir = None,
 ) -> None:
-    """Messages of a topic whose unique key (client message id) matches."""
-    with _open_read_only(store, _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)) as s:
+    """Messages of a topic whose unique key (client message id) matches, oldest first as mqadmin lists them."""
+    with _read_store(store, commitlog_file_size, cq_file_size, index_slots, index_entries) as s:
         result = s.query_by_unique_key(topic, unique_key)
-        _print_messages(result.messages, result.truncated, as_json)
+        _print_messages(_oldest_first(result.messages), result.truncated, as_json)
 
 
 @app.command("query-msg-by-offset")
 def query_msg_by_offset(
-    store: StoreDir,
     topic: Annotated[str, typer.Option("-t", "--topic")],
     queue_id: Annotated[int, typer.Option("-q", "--queue", min=0)],
     offset: Annotated[int, typer.Option("-o", "--offset", min=0)],
     as_json: AsJson = False,
-    commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
-    cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
-    index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
-    index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+    commitlog_file_size: SettingsCommitlogSize = None,
+    cq_file_size: SettingsCqSize = None,
+    index_slots: SettingsIndexSlots = None,
+    index_entries: SettingsIndexEntries = None,
+    store: SettingsStoreDir = None,
 ) -> None:
     """The message at a queue offset."""
-    with _open_read_only(store, _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)) as s:
+    with _read_store(store, commitlog_file_size, cq_file_size, index_slots, index_entries) as s:
         _print_messages([s.get_by_queue_offset(topic, queue_id, offset)], False, as_json)
 
 
@@ -215,16 +256,15 @@ def store_load(
 
 @store_app.command("check")
 def store_check(
-    store: StoreDir,
-    commitlog_file_size: CommitlogSize = DEFAULT_COMMITLOG_FILE_SIZE,
-    cq_file_size: CqSize = DEFAULT_CQ_FILE_SIZE,
-    index_slots: IndexSlots = DEFAULT_INDEX_SLOTS,
-    index_entries: IndexEntries = DEFAULT_INDEX_ENTRIES,
+    commitlog_file_size: SettingsCommitlogSize = None,
+    cq_file_size: SettingsCqSize = None,
+    index_slots: SettingsIndexSlots = None,
+    index_entries: SettingsIndexEntries = None,
+    store: SettingsStoreDir = None,
     delay_levels: DelayLevelsOpt = None,
 ) -> None:
     """Check every record, queue unit and index entry; exit 1 when the store is inconsistent."""
-    geometry = _geometry(commitlog_file_size, cq_file_size, index_slots, index_entries)
-    with _open_read_only(store, geometry, delay_levels) as s:
+    with _read_store(store, commitlog_file_size, cq_file_size, index_slots, index_entries, delay_levels) as s:
         report = s.check()
         recovery = s.recovery
         table, source = s.delay_levels.spec, s.delay_levels_source.text
@@ -347,6 +387,7 @@ def serve(
                          read_only=read_only or None, commitlog_file_size=commitlog_file_size,
                          cq_file_size=cq_file_size, index_slots=index_slots, index_entries=index_entries,
                          delay_levels=delay_levels)
+    _check_geometry(settings.store_dir, settings.geometry())
     if settings.listens_beyond_loopback() and settings.anonymous_viewer:
         raise CliError(f"--host {settings.host} with MQLENS_ANONYMOUS_VIEWER would show message bodies and "
                        "topics to anyone on the network: turn anonymous viewing off, or listen on 127.0.0.1")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -116,10 +117,18 @@ def _refusal(principal: Principal, permission: Permission) -> Exception:
     return ForbiddenError(f"{principal.name} ({principal.role.value}) may not do this: it needs the {allowed} role")
 
 
+# The API token as the OpenAPI document declares it (so /docs offers Authorize); reading and
+# checking it is _resolve's work, this only names the scheme on every route that needs a role.
+API_TOKEN_SCHEME = HTTPBearer(scheme_name="apiToken", auto_error=False, bearerFormat="mql_...",
+                              description="An API token (made by an admin): `Authorization: Bearer <token>`. "
+                                          "A signed-in browser's session cookie works too.")
+DeclaredToken = Annotated[HTTPAuthorizationCredentials | None, Depends(API_TOKEN_SCHEME)]
+
+
 def require(permission: Permission) -> Any:
     """A dependency that lets the request through only with `permission`; its value is the principal."""
 
-    async def check(request: Request) -> Principal:
+    async def check(request: Request, _declared: DeclaredToken) -> Principal:
         principal = await current_principal(request)
         if not principal.can(permission):
             raise _refusal(principal, permission)

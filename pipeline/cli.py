@@ -1,4 +1,4 @@
-"""`mqlens pipeline run JOB --store DIR --out DIR [--master URL] [geometry flags]`: a pipeline job
+"""`mqlens pipeline run JOB --store DIR --out DIR [--overwrite] [--master URL] [geometry flags]`: a pipeline job
 from the shell, with a progress bar on the terminal and a one-line summary at the end."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from pipeline.jobs import JOBS
+from pipeline.output_folder import check_output_folder
 from store.log.geometry import DEFAULT_CQ_FILE_SIZE, DEFAULT_INDEX_ENTRIES, DEFAULT_INDEX_SLOTS, StoreGeometry
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="PySpark jobs over a store's files.")
@@ -21,7 +22,8 @@ EXIT_FAILED = 1
 def run(
     job: Annotated[str, typer.Argument(help=f"The job: {', '.join(JOBS)}.")],
     store: Annotated[Path, typer.Option("--store", help="The store directory (read-only; a RocketMQ store too).")],
-    out: Annotated[Path, typer.Option("--out", help="Where the job writes its output (replaced).")],
+    out: Annotated[Path, typer.Option("--out", help="The folder the job writes to: a new or empty one, or an "
+                                      "earlier output of the same job (replaced).")],
     master: Annotated[str, typer.Option("--master", help="Spark master: local[*], local[2], spark://host:7077 ...")]
     = "local[*]",
     cq_file_size: Annotated[int, typer.Option("--cq-file-size", min=20, help="Consume queue file bytes.")]
@@ -46,6 +48,8 @@ def run(
         "--status", help="Keep the job's progress as JSON in this file (replaced atomically).")] = None,
     progress: Annotated[bool | None, typer.Option(
         "--progress/--no-progress", help="Draw a progress bar (default: when stderr is a terminal).")] = None,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace what the --out folder holds, even when it is not this job's output.")] = False,
 ) -> None:
     """Run a job over a store's files and print a one-line summary."""
     if job not in JOBS:
@@ -66,6 +70,7 @@ def run(
         raise typer.BadParameter(str(exc)) from None
     try:
         source.check_output(out)
+        check_output_folder(out, job, overwrite=overwrite)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--out") from None
     show_bar = sys.stderr.isatty() if progress is None else progress

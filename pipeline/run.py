@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pipeline.jobs import JOBS
 from pipeline.options import SourceOptions
+from pipeline.output_folder import mark_output
 from pipeline.progress import read_scan_progress
 from pipeline.status import JobStatus, ProgressBar, write_status
 
@@ -118,6 +119,7 @@ def run_job(name: str, source: SourceOptions, out: Path, spark_factory: Callable
             finally:
                 watcher.stop()
                 watcher.poll()
+        mark_output(out, name)
         scan = read_scan_progress(progress_dir)
         status.state, status.stage, status.counts = "succeeded", "done", dict(counts)
         status.records = max(status.records, scan.records)

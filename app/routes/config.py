@@ -44,7 +44,7 @@ def expected(body_version: int | None, if_match: str | None) -> int | None:
 
 
 @router.get("/api/config/delay-levels", response_model=DelayLevelsOut, response_model_exclude_none=True,
-            dependencies=[READ])
+            dependencies=[READ], responses=error_responses())
 def get_delay_levels(store: StoreDep, sessions: SessionsDep) -> DelayLevelsOut:
     """The delay level table in use and its version (0: never changed through mqlens)."""
     view = config.get_delay_levels(store, sessions)
@@ -67,7 +67,8 @@ def put_delay_levels(update: DelayLevelsUpdate, store: StoreDep, sessions: Sessi
     return _delay_levels_out(view)
 
 
-@router.get("/api/config/delay-levels/versions", response_model=DelayLevelVersionsResponse, dependencies=[READ])
+@router.get("/api/config/delay-levels/versions", response_model=DelayLevelVersionsResponse, dependencies=[READ],
+            responses=error_responses())
 def versions(store: StoreDep, sessions: SessionsDep) -> DelayLevelVersionsResponse:
     """Every version, newest first: who, when, why, and what changed from the one before."""
     current = config.get_delay_levels(store, sessions).version

@@ -25,7 +25,7 @@ from app.services import groups, offset_reset
 router = APIRouter(tags=["groups"])
 
 
-@router.get("/api/groups", dependencies=[READ], response_model=GroupsResponse)
+@router.get("/api/groups", dependencies=[READ], response_model=GroupsResponse, responses=error_responses())
 def list_groups(store: StoreDep) -> GroupsResponse:
     """The groups that were set up, by name."""
     return GroupsResponse(groups=[GroupOut.model_validate(g, from_attributes=True) for g in groups.list_groups(store)])

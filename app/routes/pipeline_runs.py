@@ -44,7 +44,8 @@ def start(body: PipelineRunCreate, store: StoreDep, sessions: SessionsDep, clock
     return PipelineRunResponse(run=run_out(view, clock.now_ms()))
 
 
-@router.get("/api/pipeline/runs", response_model=PipelineRunsResponse, dependencies=[READ])
+@router.get("/api/pipeline/runs", response_model=PipelineRunsResponse, dependencies=[READ],
+            responses=error_responses())
 def list_runs(sessions: SessionsDep, clock: ClockDep) -> PipelineRunsResponse:
     """The newest 50 runs."""
     now_ms = clock.now_ms()

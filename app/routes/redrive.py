@@ -53,7 +53,8 @@ def create(body: RedriveJobCreate, request: Request, store: StoreDep, sessions: 
     return RedriveJobResponse(job=job_out(view))
 
 
-@router.get("/api/redrive-jobs", response_model=RedriveJobsResponse, dependencies=[READ])
+@router.get("/api/redrive-jobs", response_model=RedriveJobsResponse, dependencies=[READ],
+            responses=error_responses())
 def list_jobs(sessions: SessionsDep) -> RedriveJobsResponse:
     """The newest 50 jobs."""
     return RedriveJobsResponse(jobs=[job_out(v) for v in redrive.list_jobs(sessions)])

@@ -14,7 +14,7 @@ from app.services import topics
 router = APIRouter(tags=["topics"])
 
 
-@router.get("/api/topics", dependencies=[READ], response_model=TopicsResponse)
+@router.get("/api/topics", dependencies=[READ], response_model=TopicsResponse, responses=error_responses())
 def list_topics(store: StoreDep) -> TopicsResponse:
     """Every topic (system topics too) with its queue count, permission and per-queue offsets."""
     return TopicsResponse(topics=[TopicOut.model_validate(t, from_attributes=True) for t in topics.list_topics(store)])

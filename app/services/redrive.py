@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import func, select, update
@@ -211,8 +212,10 @@ def control_job(sessions: sessionmaker[Session], clock: Clock, job_id: int, comm
 class RedriveRunner:
     """The thread that runs the jobs, one batch at a time, at each job's rate."""
 
-    def __init__(self, store: MessageStore, sessions: sessionmaker[Session], clock: Clock, tick_s: float = 0.02):
+    def __init__(self, store: MessageStore, sessions: sessionmaker[Session], clock: Clock, tick_s: float = 0.02,
+                 pace_clock: Callable[[], float] = time.monotonic):
         self.store, self.sessions, self.clock, self.tick_s = store, sessions, clock, tick_s
+        self.pace_clock = pace_clock  # seconds, for the jobs' rates and the dead-copy checks
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tokens: dict[int, tuple[float, float]] = {}  # job -> (tokens, when counted)
@@ -274,7 +277,7 @@ class RedriveRunner:
         return worked
 
     def _take_tokens(self, job: RedriveJob) -> int:
-        now = time.monotonic()
+        now = self.pace_clock()
         tokens, when = self._tokens.get(job.id, (0.0, now))
         tokens = min(tokens + (now - when) * job.rate_per_s, max(1.0, job.rate_per_s / 5))
         whole = int(tokens)
@@ -356,7 +359,7 @@ class RedriveRunner:
     def _too_many_dead(self, job: RedriveJob) -> bool:
         """Count the job's copies that came back to the dead-letter topic; pause past the share."""
         scanned, dead, when = self._dead.get(job.id, ({}, 0, 0.0))
-        now = time.monotonic()
+        now = self.pace_clock()
         if now - when < DEAD_CHECK_S:
             return False
         dlq = topics.dlq_topic(job.group)

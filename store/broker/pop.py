@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -125,6 +126,7 @@ class PopService:
         # Nonces only tell deliveries apart (handles are checked against the table), so one seed
         # from the OS will do: a system call per handle costs more than the rest of a receive.
         self._nonces = random.Random(os.urandom(16))
+        self.wait_clock: Callable[[], float] = time.monotonic  # seconds: how long a long poll has waited
 
     def _queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int] | None:
         cq = self._store.queues.get(topic, queue_id)
@@ -149,11 +151,11 @@ class PopService:
         _check_int("wait_ms", wait_ms, 0, MAX_WAIT_MS)
         accepts = _tag_filter(tags)
         store = self._store
-        deadline = time.monotonic() + wait_ms / 1000
+        deadline = self.wait_clock() + wait_ms / 1000
         with store._writing():
             while True:
                 received, more_to_scan = self._receive_now(group, topic, max_messages, invisible_ms, accepts)
-                remaining = deadline - time.monotonic()
+                remaining = deadline - self.wait_clock()
                 if received or remaining <= 0:
                     return received
                 if not more_to_scan:

@@ -5,11 +5,13 @@ the REST API of an app serving the copy read-only.
 
 * `queries.keyQueries` and `deadLetters[].queryMsgByKey` (mqadmin queryMsgByKey): the same rows
   (unique key, queue id, queue offset). mqadmin lists them in commit log order (the broker sorts
-  its index hits by offset); mqlens answers newest first, as documented: the exact reverse.
+  its index hits by offset), and so does the command line; the REST API answers newest first, as
+  documented: the exact reverse.
   mqadmin's CODE 208 ("query message by key finished, but no message.") is an empty answer.
 * `queries.uniqueKeyQueries` and `deadLetters[].queryMsgByUniqueKey_a` (queryMsgByUniqueKey):
   the 4.9.8 client keeps only the earliest stored copy of a unique key in the topic (with `-a`
-  too), mqlens answers every copy newest first: its oldest is mqadmin's message, field by field.
+  too), mqlens answers every copy, oldest first on the command line as mqadmin would list them and
+  newest first in the REST API: its oldest is mqadmin's message, field by field.
 * `queries.idQueries` (queryMsgById) and `storedRecordsByOffsetMsgId` (viewMessage, the stored
   record of every send and copy): the one message, field by field, body sha256 included.
 * `consumerProgress.<group>`: broker offset, consumer offset and diff per queue and the diff
@@ -298,7 +300,7 @@ def page_offset_rows(page: str) -> dict[tuple[str, int], tuple[int, int, int, in
 
 # --- Key queries (queryMsgByKey) --------------------------------------------------------------
 
-def check_key_answer(query: dict, messages: list[dict], where: str) -> None:
+def check_key_answer(query: dict, messages: list[dict], where: str, *, as_mqadmin: bool) -> None:
     want = mqadmin_rows(query)
     assert all(m["topic"] == query["topic"] and query["key"] in m["keys"] for m in messages), where
     if query["error"]:
@@ -307,12 +309,16 @@ def check_key_answer(query: dict, messages: list[dict], where: str) -> None:
         return
     got = rows_of(messages)
     assert Counter(got) == Counter(want), f"{where}: rows (unique key, queue, offset) differ from mqadmin's"
-    assert got == want[::-1], f"{where}: not newest first (mqadmin lists oldest first)"
+    if as_mqadmin:
+        assert got == want, f"{where}: not oldest first, as mqadmin lists them"
+    else:
+        assert got == want[::-1], f"{where}: not newest first (mqadmin lists oldest first)"
 
 
 @pytest.mark.parametrize("query", KEY_QUERIES + DLQ_KEY_QUERIES, ids=_query_id)
 def test_key_query_cli(cli, query):
-    check_key_answer(query, cli_messages(cli, "key", query["topic"], query["key"]), "CLI query-msg-by-key")
+    check_key_answer(query, cli_messages(cli, "key", query["topic"], query["key"]), "CLI query-msg-by-key",
+                     as_mqadmin=True)
     if query["error"]:
         done = cli[("key-text", query["topic"], query["key"])]
         assert (done.returncode, done.stdout, done.stderr) == (0, "no message found\n", "")
@@ -323,33 +329,36 @@ def test_key_query_api(api, query):
     body = api_json(api, "key", query["topic"], query["key"])
     assert body["searched_topics"] == [query["topic"]] and body["truncated"] is False
     # An empty answer is a 200 with no message, not a 404.
-    check_key_answer(query, body["messages"], "GET /api/messages/by-key")
+    check_key_answer(query, body["messages"], "GET /api/messages/by-key", as_mqadmin=False)
 
 
 # --- Unique-key queries (queryMsgByUniqueKey) ----------------------------------------------------
 
-def check_unique_key_answer(query: dict, messages: list[dict], where: str) -> None:
+def check_unique_key_answer(query: dict, messages: list[dict], where: str, *, as_mqadmin: bool) -> None:
     assert query["error"] is None
     [printed] = query["messages"]  # the 4.9.8 client keeps the earliest stored copy only, -a or not
     assert messages, f"{where}: no message"
     assert all(m["unique_key"] == query["id"] and m["topic"] == query["topic"] for m in messages), where
     assert len({m["phys_offset"] for m in messages}) == len(messages), f"{where}: a copy answered twice"
     order = [(m["store_timestamp"], m["phys_offset"]) for m in messages]
-    assert order == sorted(order, reverse=True), f"{where}: not newest first"
-    assert_same_message(messages[-1], printed, f"{where} (its oldest copy)")
+    if as_mqadmin:
+        assert order == sorted(order), f"{where}: not oldest first, as mqadmin lists them"
+    else:
+        assert order == sorted(order, reverse=True), f"{where}: not newest first"
+    assert_same_message(min(messages, key=lambda m: m["phys_offset"]), printed, f"{where} (its oldest copy)")
 
 
 @pytest.mark.parametrize("query", UNIQUE_KEY_QUERIES + DLQ_UNIQUE_KEY_QUERIES, ids=_query_id)
 def test_unique_key_query_cli(cli, query):
     check_unique_key_answer(query, cli_messages(cli, "unique", query["topic"], query["id"]),
-                            "CLI query-msg-by-unique-key")
+                            "CLI query-msg-by-unique-key", as_mqadmin=True)
 
 
 @pytest.mark.parametrize("query", UNIQUE_KEY_QUERIES + DLQ_UNIQUE_KEY_QUERIES, ids=_query_id)
 def test_unique_key_query_api(api, query):
     body = api_json(api, "unique", query["topic"], query["id"])
     assert body["searched_topics"] == [query["topic"]] and body["truncated"] is False
-    check_unique_key_answer(query, body["messages"], "GET /api/messages/by-unique-key")
+    check_unique_key_answer(query, body["messages"], "GET /api/messages/by-unique-key", as_mqadmin=False)
 
 
 def test_unique_key_queries_answer_every_copy_in_the_topic(cli, api):
@@ -361,7 +370,7 @@ def test_unique_key_queries_answer_every_copy_in_the_topic(cli, api):
     assert len(copies) == 2
     api_messages = api_json(api, "unique", query["topic"], query["id"])["messages"]
     cli_found = cli_messages(cli, "unique", query["topic"], query["id"])
-    assert rows_of(api_messages) == rows_of(cli_found) == copies[::-1]
+    assert rows_of(cli_found) == copies and rows_of(api_messages) == copies[::-1]
 
 
 # --- Offset message id queries (queryMsgById) and stored records (viewMessage) -----------------

@@ -243,29 +243,33 @@ async def test_a_forged_handle_for_a_message_never_received_is_400(api):
 
 
 # -- long polls --------------------------------------------------------------------------------
+def stop_the_wait(api) -> None:
+    """The long polls' seconds stand still: a poll that ends did so because of a message."""
+    api.store.pop.wait_clock = lambda: 0.0
+
+
 async def test_a_long_poll_returns_when_a_message_arrives(api):
+    stop_the_wait(api)
     results: list[list[dict]] = []
 
     async def poll() -> None:
         results.append(await receive(api, wait_ms=50_000))
 
-    started = time.monotonic()
     async with anyio.create_task_group() as tg:
         tg.start_soon(poll)
         await wait_for(lambda: api.app.state.receive_gate.in_use == 1, "the long poll to wait")
         assert results == []
         [put] = await produce(api, 1)
     assert [[m["unique_key"] for m in got] for got in results] == [[put["unique_key"]]]
-    assert time.monotonic() - started < 40  # returned with the message, not at the end of wait_ms
 
 
 async def test_eight_long_polls_wait_on_threads_while_other_requests_go_on(api):
+    stop_the_wait(api)
     results: list[list[dict]] = []
 
     async def poll() -> None:
         results.append(await receive(api, max=1, wait_ms=50_000))
 
-    started = time.monotonic()
     async with anyio.create_task_group() as tg:
         for _ in range(8):
             tg.start_soon(poll)
@@ -276,7 +280,6 @@ async def test_eight_long_polls_wait_on_threads_while_other_requests_go_on(api):
         puts = await produce(api, 8)
     assert sorted(m["unique_key"] for got in results for m in got) == sorted(p["unique_key"] for p in puts)
     assert all(len(got) == 1 for got in results) and len(results) == 8
-    assert time.monotonic() - started < 40
 
 
 async def test_receives_beyond_the_limit_are_429(data_dir, clock):

@@ -7,7 +7,6 @@ import json
 import random
 import shutil
 import threading
-import time
 
 import pytest
 
@@ -23,6 +22,7 @@ from store.format.delay_levels import DelayLevels
 from store.log.config_file import ConfigFileError
 from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage
+from tests.live_server import wait_until
 from tests.store.helpers import small_config
 
 START_MS = 1_700_000_000_000
@@ -359,28 +359,45 @@ def test_concurrent_receivers_never_share_an_invisible_message(store):
     assert len(seen) == len(set(seen)) == 200 and set(seen) == sent
 
 
+class StoppedWatch:
+    """A long poll's seconds that never pass: such a poll can only end with a message."""
+
+    def __call__(self) -> float:
+        return 0.0
+
+
+class StepWatch:
+    """A long poll's seconds that advance a step at each reading; keeps what was read."""
+
+    def __init__(self, step: float):
+        self.step, self.read = step, []
+
+    def __call__(self) -> float:
+        self.read.append(len(self.read) * self.step)
+        return self.read[-1]
+
+
 def test_a_long_poll_returns_when_a_message_arrives(store):
+    store.pop.wait_clock = StoppedWatch()  # its wait never runs out: only the message can end it
     result: list = []
-    started = threading.Event()
 
     def poll():
-        started.set()
         result.extend(store.receive(GROUP, TOPIC, 5, 30 * SECOND, wait_ms=20_000))
 
     t = threading.Thread(target=poll)
-    began = time.monotonic()
     t.start()
-    started.wait()
+    wait_until(lambda: store._long_polls == 1, 60, "the long poll to wait")
     put(store, 1)
-    t.join(timeout=15)
+    t.join(timeout=60)
     assert not t.is_alive()
-    assert len(result) == 1 and time.monotonic() - began < 15
+    assert len(result) == 1
 
 
-def test_a_long_poll_gives_up_after_its_wait(store):
-    began = time.monotonic()
-    assert store.receive(GROUP, TOPIC, 5, 30 * SECOND, wait_ms=150) == []
-    assert time.monotonic() - began >= 0.15
+def test_a_long_poll_gives_up_when_its_wait_is_over_and_not_before(store):
+    watch = store.pop.wait_clock = StepWatch(0.0625)
+    assert store.receive(GROUP, TOPIC, 5, 30 * SECOND, wait_ms=125) == []
+    # read when it began, then after each wait: it looked again until 0.125 s had passed
+    assert watch.read == [0.0, 0.0625, 0.125]
     assert store.receive(GROUP, TOPIC, 5, 30 * SECOND, wait_ms=0) == []
 
 
