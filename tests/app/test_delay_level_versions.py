@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,7 @@ URL = "/api/config/delay-levels"
 PAGE = "/config/delay-levels"
 HTML = {"Accept": "text/html"}
 READERS = ["viewer", "support", "operator", "admin"]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 async def test_version_1_shows_what_it_changed_from_the_stores_table(api):
@@ -122,7 +124,7 @@ CRASHING_CHANGE = textwrap.dedent("""
 async def test_a_crash_while_the_first_table_file_is_written_is_completed_from_the_file(data_dir):
     new = "2s 4s 8s"
     child = subprocess.run([sys.executable, "-c", CRASHING_CHANGE, str(data_dir), new],
-                           env={**os.environ, "PYTHONPATH": os.getcwd()}, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(PROJECT_DIR)}, capture_output=True, text=True,
                            timeout=120)
     assert child.returncode == -signal.SIGKILL, child.stderr
     settings = make_settings(data_dir)
