@@ -117,12 +117,12 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
     try:
         sessions = session_factory(engine)
         session_secret = _set_up_accounts(settings, sessions, clock)
-        # The delay level table: the newest the operators recorded (read-write), else the one
-        # configured; the store's own file wins over both, and without any the store infers it.
-        recorded = None if settings.read_only else config_service.stored_delay_levels(sessions)
+        # The delay level table: the store's own file, else the one configured, else inferred.
+        # A table the operators recorded that the file lacks (a crash cut its write) is applied
+        # after the store opens, from where the log ends, so earlier messages keep theirs.
         store_config = StoreConfig(geometry=settings.geometry(), flush=settings.flush,
                                    schedule_interval_ms=0 if settings.read_only else settings.schedule_interval_ms,
-                                   delay_levels=recorded or settings.delay_levels)
+                                   delay_levels=settings.delay_levels)
         store = MessageStore.open(settings.store_dir, store_config, clock=clock, read_only=settings.read_only)
     except BaseException:
         engine.dispose()

@@ -477,16 +477,17 @@ class DelayLevelsUpdate(Strict):
 
 class DelayLevelsRollback(Strict):
     # Bounded like the ids of paths (a number past SQLite's INTEGER cannot even be looked up).
-    version: StrictInt = Field(ge=1, le=2**31, description="The version whose table becomes current again.")
+    version: StrictInt = Field(ge=0, le=2**31, description="The version whose table becomes current again "
+                               "(0: the store's table before any change).")
     reason: Reason = None
     expected_version: StrictInt | None = Field(None, ge=0)
     allow_dropped_levels: bool = False
 
 
 class DelayLevelVersionOut(BaseModel):
-    version: int
+    version: int = Field(description="0: the store's table before the first change (no time, no actor).")
     levels: str
-    created_at_ms: int
+    created_at_ms: int | None
     actor: str
     reason: str | None
     changes: list[str]

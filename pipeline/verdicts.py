@@ -8,8 +8,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.consumer_progress import ConsumerProgress
+from store.format import topics
 
-COPY_HOPS = ("produced", "released", "resent")  # a copy in a plain topic: every group may consume it
+COPY_HOPS = ("produced", "released", "resent")  # a copy: in a plain topic for every group, in a retry topic for its own
 GROUP_MOVES = ("delivered", "consumed", "failed", "retry_scheduled", "redelivered", "dead_lettered")
 EVERY_GROUP_MOVES = (*COPY_HOPS, "scheduled")
 WAITS_FOR_COPY = ("delivered", "redelivered", *COPY_HOPS)
@@ -17,12 +18,27 @@ VERDICT_DDL = "`group` STRING, state STRING, next_attempt_ms BIGINT, attempts IN
 STANDING = ("state", "copy_topic", "copy_queue_id", "copy_queue_offset", "next_attempt_ms", "attempts")
 
 
+def message_topics() -> Column:
+    """The plain topics a copy of the message was put to (not a group's retry topic)."""
+    return F.transform(F.filter("hops", lambda h: h["kind"].isin(*COPY_HOPS) & h["topic"].isNotNull()
+                                & ~h["topic"].startswith(topics.RETRY_PREFIX)), lambda h: h["topic"])
+
+
+def moves_every_group(hop: Column, group: Column) -> Column:
+    """A hop of no group that moves `group`: a delay, or a copy, except one in another group's
+    retry topic (%RETRY%G, or %RETRY%G_T with T a topic of the message)."""
+    topic = hop["topic"]
+    retry_of = F.concat(F.lit(topics.RETRY_PREFIX), group)
+    owned = (topic == retry_of) | F.exists(message_topics(), lambda t: topic == F.concat(retry_of, F.lit("_"), t))
+    in_retry_topic = F.coalesce(topic.startswith(topics.RETRY_PREFIX), F.lit(False))
+    return hop["group"].isNull() & hop["kind"].isin(*EVERY_GROUP_MOVES) & (~in_retry_topic | owned)
+
+
 def groups(followers: dict[str, list[str]]) -> Column:
     """The groups of a message, by name: those its hops name, and those with recorded progress
-    on a topic a copy of it was put to."""
+    on a plain topic a copy of it was put to."""
     named = F.filter(F.transform("hops", lambda h: h["group"]), lambda g: g.isNotNull())
-    put_to = F.transform(F.filter("hops", lambda h: h["kind"].isin(*COPY_HOPS) & h["topic"].isNotNull()),
-                         lambda h: h["topic"])
+    put_to = message_topics()
     if not followers:
         return F.array_sort(F.array_distinct(named))
     by_topic = F.create_map(*[value for topic, names in sorted(followers.items())
@@ -37,7 +53,7 @@ def standing(group: Column) -> dict[str, Column]:
     copy it has yet to consume; and the delivery attempts known (each hop of the group counts
     its attempt, a redelivery the attempt before it)."""
     moves = F.filter("hops", lambda h: (h["group"] == group) & h["kind"].isin(*GROUP_MOVES)
-                     | h["group"].isNull() & h["kind"].isin(*EVERY_GROUP_MOVES))
+                     | moves_every_group(h, group))
     last = F.get(moves, F.size(moves) - 1)
     kind, due = last["kind"], last["due_ms"]
     state = (F.when(last.isNull(), F.lit("pending"))

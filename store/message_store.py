@@ -41,7 +41,7 @@ from store.format.hosts import HostAddress
 from store.format.recordio import assign_queue_offsets, index_key_hash, put_results
 from store.locks import take_soon
 from store.log.commitlog import CommitLog, RecoveryResult
-from store.log.delay_levels_file import write_delay_levels
+from store.log.delay_levels_file import read_delay_levels, write_delay_levels
 from store.log.group_commit import GroupCommitter
 from store.log.paths import StorePaths
 from store.projections.consume_queue import ConsumeQueues
@@ -126,6 +126,12 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
             self.delay_levels_source = DelayTableSource("file", FILE_TABLE_TEXT)
             self.scheduler.table_changed(self.clock.now_ms())
             self._fit_schedule_topic()
+
+    def saved_delay_level_table(self) -> str | None:
+        """The table config/delayLevels.json holds (what the store uses after a restart), None
+        without the file."""
+        saved = read_delay_levels(self.paths.config)
+        return None if saved is None else saved.spec
 
     def delay_level_table(self) -> str:
         """The delay level table in use, as text."""

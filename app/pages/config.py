@@ -12,9 +12,11 @@ from fastapi.responses import RedirectResponse
 from app.deps import ClockDep, ConfigLockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
 from app.pages.params import optional_int
+from app.render import is_htmx
 from app.security import READ, Configurer
 from app.services import config
 from app.services.audit import MAX_REASON
+from app.services.errors import InvalidRequestError
 from app.services.group_status import known_groups
 from store.broker.metadata import DEFAULT_RETRY_MAX_TIMES
 
@@ -27,17 +29,23 @@ def _preview(store, levels: str, group: str | None) -> dict:
     return {**config.preview(store, levels, limit), "group": group or "", "levels_text": levels}
 
 
-@router.get(PAGE, dependencies=[READ])
-def delay_levels_page(request: Request, store: StoreDep, sessions: SessionsDep, renderer: RendererDep,
-                      group: str | None = None, saved: str | None = None):
+def _page_data(store, sessions, group: str | None, levels: str | None = None) -> dict:
+    """The page: the table in use, the preview of `levels` (else of the table in use) for the
+    group, and the history."""
     current = config.get_delay_levels(store, sessions)
     groups = known_groups(store)
     chosen = group if group in groups else None
-    history = [vars(v) for v in config.history(sessions, store)]
-    data = {"nav": "config", "current": {"levels": current.levels, "version": current.version,
+    return {"nav": "config", "current": {"levels": current.levels, "version": current.version,
                                          "source": current.source},
-            "preview": _preview(store, current.levels, chosen), "groups": groups, "history": history,
-            "saved": _saved_version(saved, history)}
+            "preview": _preview(store, current.levels if levels is None else levels, chosen), "groups": groups,
+            "history": [vars(v) for v in config.history(sessions, store)], "saved": None}
+
+
+@router.get(PAGE, dependencies=[READ])
+def delay_levels_page(request: Request, store: StoreDep, sessions: SessionsDep, renderer: RendererDep,
+                      group: str | None = None, saved: str | None = None):
+    data = _page_data(store, sessions, group)
+    data["saved"] = _saved_version(saved, data["history"])
     return renderer.page(request, "config/delay_levels.html", data)
 
 
@@ -49,12 +57,17 @@ def _saved_version(saved: str | None, history: list[dict]) -> int | None:
 
 
 @router.get(f"{PAGE}/preview", dependencies=[READ])
-def preview_fragment(request: Request, store: StoreDep, renderer: RendererDep, levels: str = "",
-                     group: str | None = None):
+def preview_fragment(request: Request, store: StoreDep, sessions: SessionsDep, renderer: RendererDep,
+                     levels: str = "", group: str | None = None):
+    """For htmx the preview block (an invalid table says why in it); otherwise the whole page
+    (or its JSON twin) previewing `levels`, 422 when they are not a valid table."""
     if len(levels) > 4000:
         levels = levels[:4000]
-    data = {"nav": "config", "preview": _preview(store, levels, group or None)}
-    return renderer.page(request, "config/delay_levels.html", data, fragment="preview_block")
+    if is_htmx(request):
+        data = {"nav": "config", "preview": _preview(store, levels, group or None)}
+        return renderer.page(request, "config/delay_levels.html", data, fragment="preview_block")
+    data = _page_data(store, sessions, group, levels)
+    return renderer.page(request, "config/delay_levels.html", data, status=200 if data["preview"]["valid"] else 422)
 
 
 @router.post(PAGE)
@@ -74,7 +87,10 @@ def rollback(store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Con
              version: Annotated[str, Form(max_length=12)], expected_version: Annotated[str, Form(max_length=12)],
              reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None,
              allow_dropped_levels: Annotated[bool, Form()] = False):
-    view = config.rollback(store, sessions, clock, optional_int(version, "version", low=1) or 0, actor=actor,
-                           lock=lock, reason=reason, expected_version=optional_int(expected_version, "version"),
+    target = optional_int(version, "version")
+    if target is None:
+        raise InvalidRequestError("say which version to roll back to")
+    view = config.rollback(store, sessions, clock, target, actor=actor, lock=lock,
+                           reason=reason, expected_version=optional_int(expected_version, "version"),
                            allow_dropped_levels=allow_dropped_levels)
     return RedirectResponse(f"{PAGE}?saved={view.version}", status_code=303)

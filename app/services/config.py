@@ -32,11 +32,14 @@ class DelayLevelsView:
     source: str = ""  # where version 0 came from: the store's file, given, inferred or RocketMQ's default
 
 
+ORIGINAL_TABLE_TEXT = "the store's table before any change here"
+
+
 @dataclass(frozen=True)
 class VersionView:
-    version: int
+    version: int  # 0: the table the store had before the first change (no time, no actor)
     levels: str
-    created_at_ms: int
+    created_at_ms: int | None
     actor: str
     reason: str | None
     changes: list[str]  # against the version before it: "level 3: 10s -> 20s", "level 17 added: 3h"
@@ -47,19 +50,18 @@ def latest(session: Session, kind: str) -> ConfigVersion | None:
                            .order_by(ConfigVersion.version.desc()).limit(1)).first()
 
 
-def stored_delay_levels(sessions: sessionmaker[Session]) -> str | None:
-    """The newest delay level table set through mqlens (the store is opened with it), if any."""
-    with sessions() as s:
-        row = latest(s, DELAY_LEVELS)
-        return None if row is None else row.value
-
-
 def get_delay_levels(store: MessageStore, sessions: sessionmaker[Session]) -> DelayLevelsView:
     with sessions() as s:
         row = latest(s, DELAY_LEVELS)
         if row is not None:
             return DelayLevelsView(row.value, row.version)
     return DelayLevelsView(store.delay_levels.spec, 0, store.delay_levels_source.text)
+
+
+def original_delay_levels(store: MessageStore) -> str:
+    """Version 0: the table the store had before any change (its file keeps it as the table of
+    the oldest messages)."""
+    return store.delay_levels.tables[0].spec
 
 
 def levels_in_use(store: MessageStore) -> dict[int, int]:
@@ -135,13 +137,13 @@ def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock
 
 
 def reconcile_delay_levels(store: MessageStore, sessions: sessionmaker[Session]) -> list[str]:
-    """At start-up: make the store use the newest recorded table (finishing a change that a
-    crash cut between its record and its act) and settle the audit entries left pending.
-    Returns what was done, for the log."""
+    """At start-up: make the store's table file hold the newest recorded table (finishing a
+    change that a crash cut between its record and its act, or while the file was written) and
+    settle the audit entries left pending. Returns what was done, for the log."""
     done: list[str] = []
     with sessions.begin() as s:
         newest = latest(s, DELAY_LEVELS)
-        if newest is not None and store.delay_levels.spec != newest.value:
+        if newest is not None and store.saved_delay_level_table() != newest.value:
             store.set_delay_levels(newest.value)
             done.append(f"delay level table version {newest.version} applied to the store")
 
@@ -161,11 +163,9 @@ def reconcile_delay_levels(store: MessageStore, sessions: sessionmaker[Session])
     return done
 
 
-def table_changes(before: str | None, after: str) -> list[str]:
+def table_changes(before: str, after: str) -> list[str]:
     """What changed from one table to the next, level by level."""
     new, new_words = parse_delay_levels(after), after.split()  # a word per level, as the table was written
-    if before is None:
-        return [f"first recorded table: {len(new)} levels"]
     old, old_words = parse_delay_levels(before), before.split()
     changes = []
     for level in range(1, max(len(old), len(new)) + 1):
@@ -179,11 +179,15 @@ def table_changes(before: str | None, after: str) -> list[str]:
 
 
 def history(sessions: sessionmaker[Session], store: MessageStore) -> list[VersionView]:
-    """Every version of the table, newest first, each with what changed from the one before."""
+    """Every version of the table, newest first, each with what changed from the one before;
+    once the table was changed, version 0 (the store's table before) closes the list."""
     with sessions() as s:
         rows = list(s.scalars(select(ConfigVersion).where(ConfigVersion.kind == DELAY_LEVELS)
                               .order_by(ConfigVersion.version)))
-    views, before = [], None
+    if not rows:
+        return []
+    before = original_delay_levels(store)
+    views = [VersionView(0, before, None, "", ORIGINAL_TABLE_TEXT, [])]
     for row in rows:
         try:
             changes = table_changes(before, row.value)
@@ -197,14 +201,19 @@ def history(sessions: sessionmaker[Session], store: MessageStore) -> list[Versio
 def rollback(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, version: int, *, actor: Principal,
              lock: threading.Lock, reason: str | None = None, expected_version: int | None = None,
              allow_dropped_levels: bool = False, idempotency_key: str | None = None) -> DelayLevelsView:
-    """Make the table of an earlier version current again, as a new version."""
+    """Make the table of an earlier version current again, as a new version (version 0: the
+    store's table before any change)."""
     with sessions() as s:
         row = s.scalars(select(ConfigVersion).where(ConfigVersion.kind == DELAY_LEVELS,
                                                     ConfigVersion.version == version)).first()
-    if row is None:
+    if row is not None:
+        levels = row.value
+    elif version == 0:
+        levels = original_delay_levels(store)
+    else:
         raise NotFoundError(f"no delay level version {version}")
     why = f"rollback to version {version}" + (f": {reason.strip()}" if reason and reason.strip() else "")
-    return set_delay_levels(store, sessions, clock, row.value, actor=actor, lock=lock, reason=why,
+    return set_delay_levels(store, sessions, clock, levels, actor=actor, lock=lock, reason=why,
                             expected_version=expected_version, allow_dropped_levels=allow_dropped_levels,
                             idempotency_key=idempotency_key, rollback_to=version)
 

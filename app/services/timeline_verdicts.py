@@ -9,6 +9,7 @@ from typing import Literal
 
 from app.services.timeline_hops import Hop
 from store.broker.offsets import KEY_SEPARATOR, offset_key
+from store.format import topics
 from store.message_store import MessageStore
 
 VerdictState = Literal["consumed", "retry_pending", "dead_lettered", "pending", "unknown"]
@@ -130,18 +131,40 @@ def _settle(group: str, standing: _Standing, progress: ConsumerProgress, traced:
                    None, standing.attempts)
 
 
+def retry_topic_owner(topic: str, groups: set[str], message_topics: set[str]) -> str:
+    """The group a retry topic belongs to: %RETRY%G (push) or %RETRY%G_T (pop, T a topic of the
+    message), a group already known first."""
+    name = topic.removeprefix(topics.RETRY_PREFIX)
+    candidates = {name} | {name[:-len(t) - 1] for t in message_topics if name.endswith(f"_{t}") and name != f"_{t}"}
+    known = sorted(candidates & groups)
+    return known[0] if known else min(candidates, key=len)
+
+
+def _copy_for(hop: Hop, groups: set[str], message_topics: set[str]) -> set[str]:
+    """The groups a copy is for: a retry topic's copy (a dead letter resent to it) for its group
+    only, a copy in a plain topic for every group."""
+    if hop.group is not None:
+        return {hop.group}
+    if hop.topic and topics.is_retry_topic(hop.topic):
+        return {retry_topic_owner(hop.topic, groups, message_topics)}
+    return groups
+
+
 def verdicts(hops: list[Hop], progress: ConsumerProgress, traced: bool) -> list[Verdict]:
     """Each group's standing after the hops (in time order), groups named by the hops or with
     recorded progress on a topic the message was put to, by group name."""
     copy_topics = {hop.topic for hop in hops if hop.kind in COPY_HOPS and hop.topic}
-    groups = {hop.group for hop in hops if hop.group} | {g for t in copy_topics for g in progress.groups_on(t)}
+    message_topics = {t for t in copy_topics if not topics.is_retry_topic(t)}
+    groups = {hop.group for hop in hops if hop.group} | {g for t in message_topics for g in progress.groups_on(t)}
+    copies_for = {id(hop): _copy_for(hop, groups, message_topics) for hop in hops if hop.kind in COPY_HOPS}
+    groups |= {g for owners in copies_for.values() for g in owners}
     standing = {group: _Standing("pending", "not delivered yet") for group in groups}
     for hop in hops:
-        if hop.group is not None:
-            standing[hop.group] = _after_hop(standing[hop.group], hop)
-        elif hop.kind in COPY_HOPS:
-            for group in groups:
+        if hop.kind in COPY_HOPS:
+            for group in copies_for[id(hop)]:
                 standing[group] = _Standing("pending", f"waiting in {hop.topic}", hop, None, standing[group].attempts)
+        elif hop.group is not None:
+            standing[hop.group] = _after_hop(standing[hop.group], hop)
         elif hop.kind == "scheduled":
             for group in groups:
                 standing[group] = _Standing("pending", f"delayed in {hop.topic} until its due time", None,

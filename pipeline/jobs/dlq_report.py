@@ -7,7 +7,7 @@ group of the %DLQ%group topic, `topic` the topic the message was consumed from:
 
   summary/        group, topic, dead_letters, retries_avg, ttd_p50_ms, ttd_p90_ms, ttd_p99_ms
   daily/          day (UTC date of the dead letter's store time), group, topic, dead_letters
-  retries/        group, retried_messages, retry_records, dead_letters
+  retries/        group, retried_messages, retry_records (redeliveries), dead_letters
   ttd_histogram/  group, bucket, bucket_order, dead_letters (every bucket of every group with dead letters)
   top_keys/, top_tags/, top_reasons/
                   group, value, dead_letters, rank (the 20 most frequent per group; rank 1 the most,
@@ -29,7 +29,8 @@ from pipeline.dead_letters import dead_letters
 from pipeline.message_ids import message_copies
 from pipeline.options import SourceOptions
 from pipeline.staged_output import staged_output
-from pipeline.trace_events import trace_records, with_trace_bodies
+from pipeline.trace_events import events_of, trace_events, trace_records, with_trace_bodies
+from store.broker.trace import TraceKind
 from store.format import topics
 
 TOP = 20
@@ -53,12 +54,25 @@ def daily(dead: DataFrame) -> DataFrame:
     return dead.groupBy("day", "group", "topic").agg(F.count("*").alias("dead_letters"))
 
 
-def retries(copies: DataFrame, dead: DataFrame) -> DataFrame:
-    """Per group that retried or dead-lettered anything: the messages and records in its retry
-    topic (%RETRY%group, each record a redelivery) and its dead letters."""
-    retried = (copies.where(F.col("copy_kind") == "retry")
-               .groupBy(F.substring("topic", len(topics.RETRY_PREFIX) + 1, 1 << 16).alias("group"))
-               .agg(F.countDistinct("message_id").alias("retried_messages"), F.count("*").alias("retry_records")))
+def retries(copies: DataFrame, dead: DataFrame, events: DataFrame) -> DataFrame:
+    """Per group that retried or dead-lettered anything: the messages it retried, its retries
+    (redeliveries) and its dead letters. A message's retries by a group are the most that any
+    record tells: its records in %RETRY%group (each a redelivery of a push consumer), its dead
+    letter's retries (a receiving group retries without writing copies) and its traced
+    deliveries after the first (`events`: pipeline.trace_events.trace_events)."""
+    in_retry_topic = (copies.where(F.col("copy_kind") == "retry")
+                      .groupBy(F.substring("topic", len(topics.RETRY_PREFIX) + 1, 1 << 16).alias("group"),
+                               "message_id")
+                      .agg(F.count("*").alias("retries")))
+    before_death = dead.select("group", "message_id", F.col("retries").cast("bigint"))
+    redeliveries = events.where((F.col("kind") == TraceKind.DELIVERED.value) & (F.col("attempt") > 1)
+                                & F.col("group").isNotNull())
+    traced = (events_of(redeliveries, copies.select("message_id")).groupBy("group", "message_id")
+              .agg((F.max("attempt") - 1).cast("bigint").alias("retries")))
+    per_message = (in_retry_topic.unionByName(before_death).unionByName(traced)
+                   .groupBy("group", "message_id").agg(F.max("retries").alias("retries")))
+    retried = per_message.groupBy("group").agg(F.count(F.when(F.col("retries") > 0, True)).alias("retried_messages"),
+                                               F.sum("retries").alias("retry_records"))
     died = dead.groupBy("group").agg(F.count("*").alias("dead_letters"))
     return (retried.join(died, "group", "full")
             .fillna(0, subset=["retried_messages", "retry_records", "dead_letters"])
@@ -88,13 +102,14 @@ def top(dead: DataFrame, values) -> DataFrame:
             .select("group", "value", "dead_letters", "rank"))
 
 
-def report(dead: DataFrame, copies: DataFrame) -> dict[str, DataFrame]:
-    """The tables (by name, as TABLES) from the dead letters (pipeline.dead_letters.dead_letters)
-    and the message copies (pipeline.message_ids.message_copies) of a commit log."""
+def report(dead: DataFrame, copies: DataFrame, events: DataFrame) -> dict[str, DataFrame]:
+    """The tables (by name, as TABLES) from the dead letters (pipeline.dead_letters.dead_letters),
+    the message copies (pipeline.message_ids.message_copies) and the trace events
+    (pipeline.trace_events.trace_events) of a commit log."""
     return {
         "summary": summary(dead),
         "daily": daily(dead),
-        "retries": retries(copies, dead),
+        "retries": retries(copies, dead, events),
         "ttd_histogram": ttd_histogram(dead),
         "top_keys": top(dead, F.col("keys")),
         "top_tags": top(dead, F.array("tags")),
@@ -107,7 +122,7 @@ def main(spark: SparkSession, source: SourceOptions, out: Path) -> dict[str, int
     records = scanned.where(F.col("copy_kind") != "trace")
     dead = dead_letters(records, trace_records(scanned)).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        tables = report(dead, message_copies(records))
+        tables = report(dead, message_copies(records), trace_events(trace_records(scanned)))
         with staged_output(out) as staging:
             for name in TABLES:
                 tables[name].write.parquet(str(staging / name))

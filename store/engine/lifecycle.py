@@ -36,6 +36,7 @@ from store.format import ids
 from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
 from store.log.checkpoint import Checkpoint
 from store.log.commitlog import CommitLog
+from store.log.config_file import remove_leftover_temps
 from store.log.delay_levels_file import read_delay_levels
 from store.log.disk_guard import DiskGuard
 from store.log.group_commit import GroupCommitter
@@ -141,6 +142,7 @@ class StoreLifecycle:
         self._take_lock()
         self.abnormal_shutdown = self.paths.abort.exists()
         self.paths.abort.touch()
+        remove_leftover_temps(self.paths.config)  # unfinished changes: their owners redo them
         if not self.paths.checkpoint.exists():  # its page is taken now, while there is room (RocketMQ does so too)
             Checkpoint().write(self.paths.checkpoint)
         self._disk_guard = DiskGuard(root, self.config.disk_max_used_ratio, self.config.min_free_bytes())

@@ -110,6 +110,17 @@ def write_config(path: Path, content: Any, *, compact: bool = False) -> None:
     _sync_directory(path.parent)
 
 
+def remove_leftover_temps(config_dir: Path) -> list[str]:
+    """Remove the temporary files a crash left in `config_dir` mid-write: a write counts only
+    once renamed into place, so each is an unfinished change the caller must redo. Returns
+    their names (call only with the store's lock held)."""
+    removed = []
+    for temp in sorted(Path(config_dir).glob(f"*{TEMP_SUFFIX}")):
+        temp.unlink(missing_ok=True)
+        removed.append(temp.name)
+    return removed
+
+
 def _copy_durably(source: Path, target: Path) -> None:
     """Copy `source` over `target` through a temporary file, so a failed copy leaves the old target."""
     temp = target.with_name(target.name + TEMP_SUFFIX)

@@ -42,11 +42,11 @@ async def test_history_and_rollback(api):
     assert r.status_code == 200 and r.json() == {"ok": True, "levels": "1s 2s", "version": 3}
     body = (await api.client.get(f"{URL}/versions")).json()
     assert body["current"] == 3
-    newest, middle, oldest = body["versions"]
+    newest, middle, oldest, original = body["versions"]
     assert (newest["version"], newest["reason"]) == (3, "rollback to version 1: the slow one hurt")
     assert newest["changes"] == ["level 2: 5s -> 2s", "level 3 removed (was 9s)"]
     assert middle["changes"] == ["level 2: 2s -> 5s", "level 3 added: 9s"] and middle["actor"] == "bootstrap-admin"
-    assert oldest["changes"] == ["first recorded table: 2 levels"]
+    assert oldest["changes"][:2] == ["level 2: 5s -> 2s", "level 3 removed (was 10s)"] and original["version"] == 0
     assert_error(await api.client.post(f"{URL}/rollback", json={"version": 9}), 404, "no delay level version 9")
     assert_error(await api.client.post(f"{URL}/rollback", json={"version": 2, "expected_version": 1}), 409)
     assert [e.reason for e in audit_rows(api.sessions)][-1] == "rollback to version 1: the slow one hurt"

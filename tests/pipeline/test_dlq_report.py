@@ -23,6 +23,7 @@ from pipeline.jobs import dlq_report
 from pipeline.options import SourceOptions
 from pipeline.trace_events import trace_records
 from store.broker.retry import origin_topic
+from store.broker.trace import TraceKind
 from store.format import topics
 from store.format.codec import StoredMessage
 from store.message_store import MessageStore, StoreConfig
@@ -61,8 +62,9 @@ class Dead:
 @dataclass
 class StoreFacts:
     dead: list[Dead]
-    retry_records: Counter  # group -> records of %RETRY%group
-    retried: dict[str, set[str]]  # group -> unique keys
+    # group -> unique key -> its retries: the most its records in %RETRY%group, its dead letters
+    # (reconsume times less one) or its traced deliveries after the first tell
+    retries: dict[str, Counter]
 
 
 def queue_records(store: MessageStore, topic: str) -> list[StoredMessage]:
@@ -72,19 +74,28 @@ def queue_records(store: MessageStore, topic: str) -> list[StoredMessage]:
 
 def store_facts(store_dir: Path, geometry) -> StoreFacts:
     """What the store's API says of its dead-letter and retry queues."""
-    facts = StoreFacts([], Counter(), defaultdict(set))
+    facts = StoreFacts([], defaultdict(Counter))
+
+    def at_least(group: str, unique_key: str, retries: int) -> None:
+        facts.retries[group][unique_key] = max(facts.retries[group][unique_key], retries)
+
     reasons = DeadLetterCache()
     with MessageStore.open(store_dir, StoreConfig(geometry=geometry), read_only=True) as store:
+        in_retry_topics: dict[str, Counter] = defaultdict(Counter)
+        unique_keys = set()
         for name in store.topics():
+            if name == topics.TRACE_TOPIC:
+                continue
+            records = queue_records(store, name)
+            unique_keys |= {msg.unique_key for msg in records if msg.unique_key}
             if topics.is_retry_topic(name):
-                group = name[len(topics.RETRY_PREFIX):]
-                for msg in queue_records(store, name):
+                for msg in records:
                     if topics.message_copy_kind(msg.topic, msg.properties) == "retry":
-                        facts.retry_records[group] += 1
-                        facts.retried[group].add(msg.unique_key)
+                        in_retry_topics[name[len(topics.RETRY_PREFIX):]][msg.unique_key] += 1
             if not topics.is_dlq_topic(name):
                 continue
-            for msg in queue_records(store, name):
+            for msg in records:
+                at_least(name[len(topics.DLQ_PREFIX):], msg.unique_key, max(msg.reconsume_times - 1, 0))
                 copies = lookup.all_copies(store, [msg.unique_key] if msg.unique_key else [], msg)
                 original = next((m for m in copies if topics.message_copy_kind(m.topic, m.properties) == "original"
                                  and not any(p in m.properties for p in MARKERS)), None)
@@ -93,6 +104,13 @@ def store_facts(store_dir: Path, geometry) -> StoreFacts:
                     datetime.fromtimestamp(msg.store_timestamp / 1000, UTC).date(), max(msg.reconsume_times - 1, 0),
                     msg.store_timestamp - original.store_timestamp if original else None, set(msg.keys), msg.tags,
                     reasons.reason(store, msg) or None))
+        for group, counted in in_retry_topics.items():
+            for unique_key, records in counted.items():
+                at_least(group, unique_key, records)
+        for unique_key in unique_keys:
+            for event in store.timeline(unique_key):
+                if event.kind == TraceKind.DELIVERED and event.group and (event.attempt or 0) > 1:
+                    at_least(event.group, unique_key, event.attempt - 1)
     return facts
 
 
@@ -112,8 +130,8 @@ def expected_tables(facts: StoreFacts) -> dict[str, list[tuple]]:
         summary.append((group, topic, len(dead), sum(d.retries for d in dead) / len(dead),
                         *[nearest_rank(times, share) for share in (0.5, 0.9, 0.99)]))
     daily = Counter((d.day, d.group, d.topic) for d in facts.dead)
-    groups = set(by_group) | set(facts.retry_records)
-    retries = [(g, len(facts.retried[g]), facts.retry_records[g], len(by_group.get(g, []))) for g in groups]
+    retries = [(g, sum(1 for n in counted.values() if n > 0), sum(counted.values()), len(by_group.get(g, [])))
+               for g, counted in facts.retries.items()]
     histogram = []
     for group, dead in by_group.items():
         for order, (label, below) in enumerate(BUCKETS):
@@ -170,6 +188,12 @@ def test_a_generated_store(spark, retry_store, tmp_path):
     assert bulk_keys[0][1:] == ("bulk", 24, 1) and len(bulk_keys) == 20 and bulk_keys[-1][1] == "b-18"
     histogram = {(row[0], row[1]): row[3] for row in expected["ttd_histogram"]}
     assert histogram[("g-bulk", "1-10s")] and histogram[("g-bulk", "10s-1m")] and histogram[("g-pop", "1h-1d")]
+    # a group's retries count at least its dead letters' (the summary's average): also a group that
+    # receives, retrying without copies in a retry topic
+    retries = {row[0]: row[2] for row in expected["retries"]}
+    for group in ("g-pop", "g-push"):
+        before_death = sum(row[2] * row[3] for row in expected["summary"] if row[0] == group)
+        assert retries[group] >= before_death > 0, group
 
 
 def test_the_golden_store(spark, golden_store_dir, tmp_path):

@@ -16,13 +16,15 @@ from pipeline.consumer_progress import read_progress
 from pipeline.jobs import timelines
 from pipeline.options import SourceOptions
 from pipeline.records import SCHEMA_DDL
+from store.broker.record_builder import NewMessage
 from store.broker.retry import origin_topic
+from store.clock import FakeClock
 from store.format import ids, topics
 from store.format.codec import StoredMessage
 from store.format.delay_levels import DelayLevels
 from store.message_store import MessageStore, StoreConfig
 from tests.conftest import BROKER_DELAY_LEVELS, BROKER_GEOMETRY, GOLDEN_GEOMETRY
-from tests.pipeline.stores import GEOMETRY, build_retry_store, every_record
+from tests.pipeline.stores import GEOMETRY, START_MS, build_retry_store, every_record
 
 HOP_VIEW = ("kind STRING, time_ms BIGINT, `group` STRING, attempt INT, topic STRING, phys_offset BIGINT, "
             "delay_level INT, due_ms BIGINT, reason STRING")
@@ -267,3 +269,27 @@ def test_copies_without_unique_keys_find_their_message_through_either_id(spark, 
                                                                  ("redelivered", "h", 800, None)],
                 [("h", "unknown", None)]),
     }
+
+
+def test_a_resend_to_one_groups_retry_topic_moves_that_groups_verdict_only(spark, tmp_path):
+    """Shipping consumed the order; Billing dead-lettered it, got it resent to its retry topic
+    and consumed it: both consumed, as the console says."""
+    clock = FakeClock(START_MS)
+    config = StoreConfig(geometry=GEOMETRY, flush="sync", schedule_interval_ms=0, trace=True)
+    with MessageStore.open(tmp_path / "store", config, clock=clock) as store:
+        store.metadata.update_group("Billing", max_reconsume_times=0)
+        store.put(NewMessage("Orders", b"order 7", keys=["o-7"]))
+        for group, settle in (("Shipping", store.ack), ("Billing", store.nack)):
+            [got] = store.receive(group, "Orders", 1, 60_000)
+            settle(group, got.receipt_handle)
+            clock.advance(10)
+        dead = store.get_by_queue_offset(topics.dlq_topic("Billing"), 0, 0)
+        store.resend_dead_letter(dead.phys_offset, "ops", topic=topics.pop_retry_topic("Billing", "Orders"),
+                                 marks={topics.RESENT_FROM: dead.offset_msg_id})
+        clock.advance(10)
+        [again] = store.receive("Billing", "Orders", 1, 60_000)
+        store.ack("Billing", again.receipt_handle)
+    result = run_job(spark, tmp_path / "store", GEOMETRY, tmp_path / "timelines")
+    expected = console_rows(tmp_path / "store", GEOMETRY)
+    assert [(r[7], r[8]) for r in expected] == [("Billing", "consumed"), ("Shipping", "consumed")]
+    assertDataFrameEqual(compared(result), spark.createDataFrame(expected, COMPARED))
