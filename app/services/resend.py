@@ -17,7 +17,7 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.models import AuditEntry, ResendItem
@@ -194,6 +194,17 @@ def resent_before(sessions: sessionmaker[Session], dead_letter_ids: Iterable[str
                                   .order_by(ResendItem.id)):
                 found[item.dead_letter_id] = item
     return found
+
+
+def resend_items_version(sessions: sessionmaker[Session], group: str | None) -> tuple[int, int | None]:
+    """How many items resent (or may have resent) dead letters of `group` (or of every group),
+    and the newest one's id: when neither moved, resent_ids answers as before."""
+    query = select(func.count(), func.max(ResendItem.id)).where(ResendItem.status.in_((OK, PENDING)))
+    if group is not None:
+        query = query.where(ResendItem.group == group)
+    with sessions() as s:
+        count, newest = s.execute(query).one()
+    return count, newest
 
 
 def resent_ids(sessions: sessionmaker[Session], group: str | None) -> set[str]:
