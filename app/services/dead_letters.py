@@ -293,17 +293,18 @@ class _Selection:
         total = counts[self.wanted.state] if self.wanted.state is not None else sum(counts.values())
         return total, counts, oldest_waiting
 
-    def state_of(self, units: DeadLetterUnits, row: int) -> str:
-        again, resent = self._states(units.units[row:row + 1])
-        return "failed_again" if again[0] else "resent" if resent[0] else "waiting"
-
     def newest_first(self, before_phys: int | None, limit: int) -> list[_Found]:
         """At most `limit` matches older than `before_phys`, newest (highest commit log offset) first."""
         found = []
         for units, lo in self.parts:
-            for row in units.newest_first(before_phys, self._keep(units, lo), limit):
-                unit = units.units[row]
-                found.append(_Found(units, row, int(unit["phys"]), int(unit["store_ts"]), self.state_of(units, row)))
+            rows = np.fromiter(units.newest_first(before_phys, self._keep(units, lo), limit), dtype=np.int64)
+            chosen = units.units[rows]
+            again, resent = self._states(chosen)
+            for row, phys, store_ts, is_again, is_resent in zip(
+                    rows.tolist(), chosen["phys"].tolist(), chosen["store_ts"].tolist(), again.tolist(),
+                    resent.tolist(), strict=True):
+                state = "failed_again" if is_again else "resent" if is_resent else "waiting"
+                found.append(_Found(units, row, phys, store_ts, state))
         found.sort(key=lambda f: f.phys_offset, reverse=True)
         return found[:limit]
 
@@ -336,16 +337,17 @@ def inbox(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, ca
 def _rows(store: MessageStore, sessions: sessionmaker[Session], page: list[_Found], now: int) -> list[DeadLetter]:
     """The rows of these dead letters, each read whole, with its last resend; those that expired
     since they were indexed are left out."""
-    resends = resent_before(sessions, [f.units.offset_msg_id(f.row) for f in page])
-    rows = (_row(store, resends, found, now) for found in page)
-    return [row for row in rows if row is not None]
+    read = []
+    for found in page:
+        try:
+            read.append((found, store.read(found.phys_offset)))
+        except StoreError:
+            continue
+    resends = resent_before(sessions, [msg.offset_msg_id for _, msg in read])
+    return [_row(store, resends, found, msg, now) for found, msg in read]
 
 
-def _row(store: MessageStore, resends: dict[str, Row], found: _Found, now: int) -> DeadLetter | None:
-    try:
-        msg = store.read(found.phys_offset)
-    except StoreError:
-        return None
+def _row(store: MessageStore, resends: dict[str, Row], found: _Found, msg: StoredMessage, now: int) -> DeadLetter:
     item = resends.get(msg.offset_msg_id)
     again = found.units.again.get(msg.offset_msg_id)
     dead_again = again[1] if again is not None else None

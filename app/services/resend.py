@@ -174,6 +174,7 @@ def find_dead_letter(store: MessageStore, group: str | None, message_id: str) ->
 
 
 LOOKUP_CHUNK = 500
+PAGE_CHUNK = 64
 RESEND_COLUMNS = (ResendItem.dead_letter_id, ResendItem.status, ResendItem.at_ms, ResendItem.actor,
                   ResendItem.action_id, ResendItem.destination, ResendItem.new_offset_msg_id)
 
@@ -186,9 +187,10 @@ def resent_before(sessions: sessionmaker[Session], dead_letter_ids: Iterable[str
     with sessions() as s:
         for start in range(0, len(wanted), LOOKUP_CHUNK):
             chunk = wanted[start:start + LOOKUP_CHUNK]
-            # Always LOOKUP_CHUNK values: one statement text, so the database keeps one prepared
-            # statement rather than one per chunk length (each of hundreds of parameters).
-            chunk += [chunk[-1]] * (LOOKUP_CHUNK - len(chunk))
+            # Always PAGE_CHUNK or LOOKUP_CHUNK values: two statement texts, so the database keeps
+            # two prepared statements rather than one per chunk length (each of hundreds of
+            # parameters), and a page's few ids are not padded to hundreds.
+            chunk += [chunk[-1]] * ((PAGE_CHUNK if len(chunk) <= PAGE_CHUNK else LOOKUP_CHUNK) - len(chunk))
             for item in s.execute(select(*RESEND_COLUMNS).where(ResendItem.dead_letter_id.in_(chunk),
                                                                 ResendItem.status.in_((OK, PENDING)))
                                   .order_by(ResendItem.id)):

@@ -203,7 +203,7 @@ class StoreLifecycle:
         """Index the dead letters the index lacks (all of them, the first time) and read the
         reasons of those whose records carry none from the trace records written after them."""
         index = self.dead_letter_index
-        index.catch_up(self._queues, self.commitlog.read_apart)
+        index.catch_up(self._queues, self.commitlog)
         since, index.unexplained_from, index.opening = index.unexplained_from, None, False
         if since is None:
             return

@@ -101,7 +101,7 @@ class Lookups:
         """The dead-letter index of a %DLQ% topic, per queue, with every dead letter appended so far."""
         with self._reading():
             self.catch_up()
-            self.dead_letter_index.catch_up(self._queues, self.commitlog.read_apart)
+            self.dead_letter_index.catch_up(self._queues, self.commitlog)
             return self.dead_letter_index.snapshot(topic)
 
     def topics(self) -> dict[str, list[tuple[int, int, int]]]:

@@ -19,15 +19,17 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from store.errors import StoreError
 from store.format import ids, topics
-from store.format.codec import StoredMessage
+from store.format.codec import StoredMessage, decode_for_dispatch, store_host_for_dispatch
 from store.format.hosts import HostAddress
 from store.format.javahash import tags_code
 from store.format.layouts import DEAD_LETTER_UNIT
+from store.log.commitlog import CommitLog
 from store.log.paths import (
     DEAD_LETTER_AGAIN_FILE,
     DEAD_LETTER_HOSTS_FILE,
@@ -41,10 +43,28 @@ UNIT_DTYPE = np.dtype([("queue_offset", ">i8"), ("phys", ">i8"), ("store_ts", ">
                        ("size", ">i4"), ("reason", ">i4"), ("host", ">i4")])
 assert UNIT_DTYPE.itemsize == DEAD_LETTER_UNIT.size
 SCAN_CHUNK = 65_536  # units looked at together, newest first
+ADD_BATCH = 4_096  # dead letters read, then indexed and written together
 
-Read = Callable[[int], StoredMessage]  # the record at a commit log offset
 # The dead-letter reasons a trace record tells: (dead-letter topic, queue id, queue offset, reason).
 Reasons = Callable[[StoredMessage], list[tuple[str, int, int, str]]]
+
+
+class DeadLetterRecord(NamedTuple):
+    """What the index reads of a dead letter's record."""
+
+    phys_offset: int
+    store_timestamp: int
+    size: int
+    properties: dict[str, str]
+    store_host: HostAddress
+
+
+def _read(commitlog: CommitLog, phys_offset: int) -> DeadLetterRecord:
+    """The record's head and properties, its body left alone."""
+    seg, pos = commitlog.view(phys_offset)
+    view = decode_for_dispatch(seg.buf, pos, path=str(seg.path))
+    return DeadLetterRecord(view.phys_offset, view.store_timestamp, view.size, view.properties,
+                            store_host_for_dispatch(seg.buf, pos, view.sys_flag))
 
 
 class _Lines:
@@ -148,6 +168,7 @@ class DeadLetterQueue:
         self._units_path = directory / DEAD_LETTER_UNITS_FILE if directory is not None else None
         self.reasons = _Names(directory / DEAD_LETTER_REASONS_FILE if directory is not None else None)
         self.hosts = _Names(directory / DEAD_LETTER_HOSTS_FILE if directory is not None else None)
+        self._host_numbers: dict[HostAddress, int] = {}
         self._again_lines = _Lines(directory / DEAD_LETTER_AGAIN_FILE if directory is not None else None)
         self.again = {resent_from: (phys, offset_id) for resent_from, phys, offset_id in self._again_lines.values}
         self._units = np.zeros(0, dtype=UNIT_DTYPE)
@@ -169,29 +190,43 @@ class DeadLetterQueue:
         self._units = units
         self.count = len(units)
 
+    def _host_number(self, host: HostAddress) -> int:
+        found = self._host_numbers.get(host)
+        if found is None:
+            found = self._host_numbers[host] = self.hosts.number(str(host))
+        return found
+
     @property
     def next_offset(self) -> int | None:
         """The queue offset after the last unit (None when there is none)."""
         return int(self._units[self.count - 1]["queue_offset"]) + 1 if self.count else None
 
-    def add(self, queue_offset: int, msg: StoredMessage) -> None:
-        reason = self.reasons.number(msg.properties.get(topics.DLQ_REASON, ""))
-        host = self.hosts.number(str(msg.store_host))
-        resent_from = msg.properties.get(topics.RESENT_FROM)
-        if resent_from is not None:
-            self._again_lines.append([resent_from, msg.phys_offset, msg.offset_msg_id])
-            self.again[resent_from] = (msg.phys_offset, msg.offset_msg_id)
-        unit = (queue_offset, msg.phys_offset, msg.store_timestamp, tags_code(msg.properties.get(topics.TAGS)),
-                msg.size, reason, host)
-        if self.count == len(self._units):
-            grown = np.zeros(max(1024, 2 * self.count), dtype=UNIT_DTYPE)
+    def add(self, found: list[tuple[int, DeadLetterRecord]]) -> None:
+        """Index these dead letters: (queue offset, record), in queue order, after the last unit."""
+        if not found:
+            return
+        units = np.zeros(len(found), dtype=UNIT_DTYPE)
+        rows = []
+        for queue_offset, msg in found:
+            resent_from = msg.properties.get(topics.RESENT_FROM)
+            if resent_from is not None:
+                offset_msg_id = ids.create_offset_msg_id(msg.store_host, msg.phys_offset)
+                self._again_lines.append([resent_from, msg.phys_offset, offset_msg_id])
+                self.again[resent_from] = (msg.phys_offset, offset_msg_id)
+            rows.append((queue_offset, msg.phys_offset, msg.store_timestamp,
+                         tags_code(msg.properties.get(topics.TAGS)), msg.size,
+                         self.reasons.number(msg.properties.get(topics.DLQ_REASON, "")),
+                         self._host_number(msg.store_host)))
+        units[:] = rows
+        if self.count + len(units) > len(self._units):
+            grown = np.zeros(max(1024, 2 * (self.count + len(units))), dtype=UNIT_DTYPE)
             grown[:self.count] = self._units[:self.count]
             self._units = grown  # readers keep the array they were given
-        self._units[self.count] = unit
-        self.count += 1
+        self._units[self.count:self.count + len(units)] = units
+        self.count += len(units)
         if self._units_path is not None:
             with open(self._units_path, "ab") as f:
-                f.write(DEAD_LETTER_UNIT.pack(*unit))
+                f.write(units.tobytes())
 
     def explain(self, queue_offset: int, reason: str) -> None:
         """The reason of a dead letter indexed without one (its record carries none: the trace said)."""
@@ -246,7 +281,7 @@ class DeadLetterIndex:
             found = self._queues[(topic, queue_id)] = DeadLetterQueue(topic, queue_id, directory)
         return found
 
-    def catch_up(self, queues: ConsumeQueues, read: Read) -> int:
+    def catch_up(self, queues: ConsumeQueues, commitlog: CommitLog) -> int:
         """Add the dead letters the consume queues hold and the index lacks; drop the units the
         queues no longer reach. Returns how many dead letters were read."""
         added = 0
@@ -255,10 +290,10 @@ class DeadLetterIndex:
                 if not topics.is_dlq_topic(topic):
                     continue
                 for cq in topic_queues:
-                    added += self._follow(cq, read)
+                    added += self._follow(cq, commitlog)
         return added
 
-    def _follow(self, cq, read: Read) -> int:
+    def _follow(self, cq, commitlog: CommitLog) -> int:
         index = self.queue(cq.topic, cq.queue_id)
         start = index.next_offset
         if start is not None and start > cq.max_offset:
@@ -266,18 +301,21 @@ class DeadLetterIndex:
             start = index.next_offset
         start = max(start if start is not None else 0, cq.min_offset)
         added = 0
-        for queue_offset in range(start, cq.max_offset):
-            unit = cq.get(queue_offset)
-            if unit is None or unit.size <= 0 or unit.size == 0x7FFFFFFF:
-                continue
-            try:
-                msg = read(unit.phys_offset)
-            except StoreError:
-                continue  # gone with retention: not in the inbox
-            index.add(queue_offset, msg)
-            added += 1
-            if self.opening and topics.DLQ_REASON not in msg.properties:
-                self.unexplained_from = min(self.unexplained_from or msg.phys_offset, msg.phys_offset)
+        for first in range(start, cq.max_offset, ADD_BATCH):
+            found = []
+            for queue_offset in range(first, min(first + ADD_BATCH, cq.max_offset)):
+                unit = cq.get(queue_offset)
+                if unit is None or unit.size <= 0 or unit.size == 0x7FFFFFFF:
+                    continue
+                try:
+                    msg = _read(commitlog, unit.phys_offset)
+                except StoreError:
+                    continue  # gone with retention: not in the inbox
+                found.append((queue_offset, msg))
+                if self.opening and topics.DLQ_REASON not in msg.properties:
+                    self.unexplained_from = min(self.unexplained_from or msg.phys_offset, msg.phys_offset)
+            index.add(found)
+            added += len(found)
         return added
 
     def explain(self, reasons: list[tuple[str, int, int, str]]) -> None:

@@ -174,7 +174,7 @@ class Dispatcher:
                     traces += batch.records["phys"][batch.records["topic_id"] == trace_id].tolist()
             self.dispatched_to = reached
         if dead_letters:
-            self.dead_letters.catch_up(self.queues, self.commitlog.read_apart)
+            self.dead_letters.catch_up(self.queues, self.commitlog)
         if traces and self.dead_letter_reasons is not None:
             self.explain_dead_letters(traces)
         return count
