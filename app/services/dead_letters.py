@@ -126,6 +126,10 @@ class DeadLetterCache:
             self._resent[group] = kept
         return kept
 
+    def reason(self, store: MessageStore, msg: StoredMessage) -> str:
+        """Why a dead letter failed, as the inbox says it."""
+        return dead_letter_reason(store, msg)
+
     def counts(self, key: tuple, count: Callable[[], tuple[int, dict[str, int], int | None]]
                ) -> tuple[int, dict[str, int], int | None]:
         with self._lock:
@@ -146,6 +150,17 @@ def _phys_of(offset_msg_id: str) -> int:
         return ids.decode_offset_msg_id(offset_msg_id)[1]
     except StoreError:
         return -1
+
+
+def dead_letter_reason(store: MessageStore, msg: StoredMessage) -> str:
+    """Why a dead letter failed: as its queue's dead-letter index says, else as its trace does."""
+    indexed = ""
+    if topics.is_dlq_topic(msg.topic):
+        for units in store.dead_letter_units(msg.topic):
+            row = int(np.searchsorted(units.units["phys"], msg.phys_offset))
+            if row < len(units.units) and int(units.units[row]["phys"]) == msg.phys_offset:
+                indexed = units.reason(row)
+    return _reason(store, msg, indexed)
 
 
 def _reason(store: MessageStore, msg: StoredMessage, indexed: str) -> str:
@@ -377,8 +392,13 @@ def matching_rows(store: MessageStore, sessions: sessionmaker[Session], clock: C
 
 
 def matching_ids(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: DeadLetterCache,
-                 group: str, wanted: Filter) -> list[str]:
-    """The offset ids of every dead letter the filter matches, newest first, from the index alone
-    (for "resend all matching" and redrive jobs)."""
-    selection = _Selection(store, sessions, clock.now_ms(), cache, group, wanted)
-    return [found.units.offset_msg_id(found.row) for page in selection.pages() for found in page]
+                 group: str, wanted: Filter, at_most: int | None = None) -> list[str]:
+    """The offset ids of every dead letter the filter matches (of the first `at_most` + 1 when
+    given: enough to tell there are too many), newest first, from the index alone (for "resend
+    all matching" and redrive jobs)."""
+    found_ids: list[str] = []
+    for page in _Selection(store, sessions, clock.now_ms(), cache, group, wanted).pages():
+        found_ids += [found.units.offset_msg_id(found.row) for found in page]
+        if at_most is not None and len(found_ids) > at_most:
+            return found_ids[:at_most + 1]
+    return found_ids

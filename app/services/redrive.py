@@ -155,10 +155,10 @@ def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Cloc
     if not 0 < max_dead_share <= 1:
         raise InvalidRequestError("max_dead_share is above 0 and at most 1")
     where = Destination.parse(destination)
-    matched = dead_letters.matching_ids(store, sessions, clock, cache, group, wanted)
+    matched = dead_letters.matching_ids(store, sessions, clock, cache, group, wanted, at_most=MAX_ITEMS)
     if len(matched) > MAX_ITEMS:
-        raise InvalidRequestError(f"{len(matched)} dead letters match: a job takes at most {MAX_ITEMS}; narrow "
-                                  "the filter")
+        raise InvalidRequestError(f"more than {MAX_ITEMS} dead letters match: a job takes at most {MAX_ITEMS}; "
+                                  "narrow the filter")
     if not matched:
         raise InvalidRequestError("no dead letter matches the filter: nothing to redrive")
     earlier = resent_before(sessions, matched)
