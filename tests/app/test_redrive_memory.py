@@ -47,5 +47,5 @@ def test_a_dry_run_of_100000_dead_letters_stays_under_200_mib(tmp_path):
         finally:
             tracemalloc.stop()
     assert view.total == DEAD_LETTERS and view.state == "planned"
-    assert peak < 200 * MIB, f"{peak / MIB:.0f} MiB"
+    assert peak < 200 * MIB, f"{peak / MIB:.0f} MiB (before issue 25: 354 MiB)"
     engine.dispose()
