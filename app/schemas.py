@@ -723,6 +723,7 @@ class RedriveItemOut(BaseModel):
 class RedriveItemsResponse(BaseModel):
     ok: Literal[True] = True
     items: list[RedriveItemOut]
+    next_cursor: str | None = None  # the cursor of the next page; null on the last
 
 
 class OffsetResetRequest(Strict):

@@ -45,6 +45,7 @@ from store.log.delay_levels_file import read_delay_levels, write_delay_levels
 from store.log.group_commit import GroupCommitter
 from store.log.paths import StorePaths
 from store.projections.consume_queue import ConsumeQueues
+from store.projections.dead_letters import DeadLetterIndex
 from store.projections.dispatch import Dispatcher
 from store.projections.index import IndexService
 
@@ -98,6 +99,7 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
         self._queues: ConsumeQueues
         self._index: IndexService
         self.dispatcher: Dispatcher
+        self.dead_letter_index: DeadLetterIndex
         self.pop: PopService
 
     @property

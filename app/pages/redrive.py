@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Path, Request
+from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import RedirectResponse
 
 from app.deps import ClockDep, SessionsDep, StoreDep
@@ -36,18 +36,19 @@ def jobs_page(request: Request, sessions: SessionsDep, renderer: RendererDep):
 
 @router.get("/redrive-jobs/{job_id}", dependencies=[READ])
 def job_page(job_id: Annotated[int, Path(ge=1, le=2**31)], request: Request, store: StoreDep, sessions: SessionsDep,
-             renderer: RendererDep):
+             renderer: RendererDep, cursor: Annotated[int | None, Query(ge=0, le=2**62)] = None):
     view = redrive.get_job(sessions, job_id, request.app.state.redrive)
-    items = redrive.job_items(sessions, job_id)
+    items, next_cursor = redrive.job_items(sessions, job_id, cursor, ITEMS_SHOWN)
     cache = request.app.state.dead_letters
     shown = [{"dead_letter_id": i.dead_letter_id, "status": i.status, "destination": i.destination,
               "new_offset_msg_id": i.new_offset_msg_id, "error": i.error,
               **asdict(redrive_report.facts(store, cache, view.group, i.dead_letter_id))}
-             for i in items[:ITEMS_SHOWN]]
+             for i in items]
     # htmx stops polling on 286: a job that no longer runs has no progress to show
     status = HTMX_STOP_POLLING if is_htmx(request) and view.state != redrive.RUNNING else 200
     return renderer.page(request, "redrive/job.html", {"nav": "dead_letters", "job": _job(view), "items": shown,
-                                                       "items_total": len(items)}, fragment="progress", status=status)
+                                                       "items_total": view.total, "next_cursor": next_cursor},
+                         fragment="progress", status=status)
 
 
 @router.post("/redrive-jobs")

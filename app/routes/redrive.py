@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Request
-from fastapi.responses import Response
+from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi.responses import StreamingResponse
 
 from app.deps import ClockDep, SessionsDep, StoreDep
 from app.routes import error_responses
@@ -29,6 +30,7 @@ from app.services.dead_letters import Filter
 router = APIRouter(tags=["redrive jobs"])
 
 JobId = Annotated[int, Path(ge=1, le=2**31)]
+REPORT_CHUNK_BYTES = 64 * 1024
 
 
 def job_out(view: redrive.JobView) -> RedriveJobOut:
@@ -80,28 +82,42 @@ def control(job_id: JobId, command: Annotated[str, Path(pattern="^(pause|resume|
 
 @router.get("/api/redrive-jobs/{job_id}/items", response_model=RedriveItemsResponse, dependencies=[READ],
             responses=error_responses(404, 422))
-def items(job_id: JobId, sessions: SessionsDep) -> RedriveItemsResponse:
-    """Every message of the job: its destination and what became of it."""
-    return RedriveItemsResponse(items=[RedriveItemOut.model_validate(i, from_attributes=True)
-                                       for i in redrive.job_items(sessions, job_id)])
+def items(job_id: JobId, sessions: SessionsDep,
+          cursor: Annotated[int | None, Query(ge=0, le=2**62, description="next_cursor of the previous page")] = None,
+          limit: Annotated[int, Query(ge=1, le=redrive.ITEMS_PAGE_MAX)] = redrive.ITEMS_PAGE
+          ) -> RedriveItemsResponse:
+    """A page of the job's messages, in the order they were listed: each one's destination and
+    what became of it. `next_cursor` asks for the next page (null on the last)."""
+    page, next_cursor = redrive.job_items(sessions, job_id, cursor, limit)
+    return RedriveItemsResponse(items=[RedriveItemOut.model_validate(i, from_attributes=True) for i in page],
+                                next_cursor=str(next_cursor) if next_cursor is not None else None)
 
 
-@router.get("/api/redrive-jobs/{job_id}/report.csv", response_class=Response, dependencies=[READ],
+@router.get("/api/redrive-jobs/{job_id}/report.csv", response_class=StreamingResponse, dependencies=[READ],
             responses=error_responses(404, 422))
-def report(job_id: JobId, request: Request, store: StoreDep, sessions: SessionsDep) -> Response:
+def report(job_id: JobId, request: Request, store: StoreDep, sessions: SessionsDep) -> StreamingResponse:
     """The per-message report as CSV: each dead letter's keys, the topic it was consumed from,
     its born time (epoch ms and ISO 8601 UTC) and failure reason; then resent, skipped or failed,
     and why."""
-    group = redrive.get_job(sessions, job_id).group
+    group = redrive.get_job(sessions, job_id).group  # an unknown job fails here, before the answer starts
     cache = request.app.state.dead_letters
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["dead_letter_id", "keys", "topic", "born_timestamp", "born_time_utc", "reason", "status",
-                     "destination", "new_offset_msg_id", "error"])
-    for item in redrive.job_items(sessions, job_id):
-        told = redrive_report.facts(store, cache, group, item.dead_letter_id)
-        writer.writerow([item.dead_letter_id, " ".join(told.keys), told.topic or "",
-                         "" if told.born_timestamp is None else told.born_timestamp, told.born_time_utc, told.reason,
-                         item.status, item.destination, item.new_offset_msg_id or "", item.error or ""])
-    return Response(out.getvalue(), media_type="text/csv; charset=utf-8",
-                    headers={"Content-Disposition": f'attachment; filename="redrive-job-{job_id}.csv"'})
+
+    def lines() -> Iterator[str]:
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["dead_letter_id", "keys", "topic", "born_timestamp", "born_time_utc", "reason", "status",
+                         "destination", "new_offset_msg_id", "error"])
+        for item in redrive.every_job_item(sessions, job_id):
+            told = redrive_report.facts(store, cache, group, item.dead_letter_id)
+            writer.writerow([item.dead_letter_id, " ".join(told.keys), told.topic or "",
+                             "" if told.born_timestamp is None else told.born_timestamp, told.born_time_utc,
+                             told.reason, item.status, item.destination, item.new_offset_msg_id or "",
+                             item.error or ""])
+            if out.tell() > REPORT_CHUNK_BYTES:
+                yield out.getvalue()
+                out.seek(0)
+                out.truncate()
+        yield out.getvalue()
+
+    return StreamingResponse(lines(), media_type="text/csv; charset=utf-8",
+                             headers={"Content-Disposition": f'attachment; filename="redrive-job-{job_id}.csv"'})

@@ -7,26 +7,35 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 from sqlalchemy import Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.services.errors import InvalidRequestError, NotFoundError
-from app.services.resend import RESENT_FROM_PROPERTY, group_of, resent_before, resent_ids
+from app.services.resend import (
+    RESENT_FROM_PROPERTY,
+    group_of,
+    resend_items_version,
+    resent_before,
+    resent_ids,
+)
 from store.broker.retry import origin_topic
 from store.broker.trace import TraceKind
 from store.clock import Clock
 from store.errors import StoreError
-from store.format import topics
+from store.format import ids, topics
 from store.format.codec import StoredMessage
+from store.format.javahash import tags_code
 from store.message_store import MessageStore
+from store.projections.dead_letters import DeadLetterUnits
 
 STATES = ("waiting", "resent", "failed_again")
 MAX_LIMIT = 500
-MAX_SCAN = 200_000  # dead letters looked at per request
-MERGES_KEPT = 16  # inboxes (a group's, or every group's) whose merged list is kept between requests
+KEY_MATCHES_MAX = 1_000  # dead letters a key filter finds in the key index, the newest
+COUNT_CHUNK = 262_144  # index units counted together
 CURSOR = re.compile(r"^(?P<ts>\d{1,19})-(?P<phys>\d{1,19})$")
 
 
@@ -84,101 +93,83 @@ class Inbox:
     total: int  # matching the filter
     counts: dict[str, int]  # per state, among those matching the filter but its state
     oldest_waiting_ms: int | None  # store time of the oldest waiting one
-    truncated: bool  # more than MAX_SCAN dead letters: the oldest were not looked at
+    truncated: bool  # always False: every dead letter is in the index (kept for the API's shape)
 
 
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """What the inbox filters, counts and sorts a dead letter by; a page's rows read the record."""
-
-    store_timestamp: int
-    phys_offset: int
-    offset_msg_id: str
-    unique_key: str | None
-    keys: tuple[str, ...]
-    tags: str | None
-    resent_from: str | None  # the dead letter whose resent copy this one is
-
-    @classmethod
-    def of(cls, msg: StoredMessage) -> Summary:
-        return cls(msg.store_timestamp, msg.phys_offset, msg.offset_msg_id, msg.unique_key, tuple(msg.keys),
-                   msg.tags, msg.properties.get(RESENT_FROM_PROPERTY))
-
-
-@dataclass
-class _QueueSummaries:
-    first: int  # queue offset of summaries[0]
-    summaries: list[Summary | None]  # None: expired or unreadable when it was read
+@dataclass(frozen=True)
+class _Resent:
+    version: tuple  # (items, newest item id) of the group's ok or pending resend items
+    phys: np.ndarray  # commit log offsets of the dead letters they resent, sorted
 
 
 class DeadLetterCache:
-    """What never changes once a dead letter is written: its summary and why it failed. The
-    summaries of each dead-letter queue are kept from one request to the next, so a request reads
-    only the dead letters written since the last one, not the whole queue (nor holds it)."""
+    """What the inbox keeps between requests: the commit log offsets of the resent dead letters
+    per group (asked of the database again only when its resend items changed), and the counts
+    of a filter until a dead letter, a resend or retention changes them. The dead letters
+    themselves are in the store's dead-letter index (store.projections.dead_letters)."""
 
-    def __init__(self, reasons: int = 100_000):
-        self._reasons: OrderedDict[int, str] = OrderedDict()
-        self._size = reasons
-        self._queues: dict[tuple[str, int], _QueueSummaries] = {}
-        # The newest-first merge of the queues' summaries, per list of topics, with what it was
-        # made of: rebuilt only when a queue gained or lost dead letters.
-        self._merged: OrderedDict[tuple[str, ...], tuple[tuple, list[Summary], bool]] = OrderedDict()
+    def __init__(self, counts: int = 64):
+        self._resent: dict[str | None, _Resent] = {}
+        self._counts: OrderedDict[tuple, tuple[int, dict[str, int], int | None]] = OrderedDict()
+        self._counts_kept = counts
         self._lock = threading.Lock()
-        self._reading = threading.Lock()
 
-    def reason(self, store: MessageStore, msg: Summary | StoredMessage) -> str:
+    def resent(self, sessions: sessionmaker[Session], group: str | None) -> _Resent:
+        version = resend_items_version(sessions, group)
         with self._lock:
-            if msg.phys_offset in self._reasons:
-                return self._reasons[msg.phys_offset]
-        reason = _reason_from_trace(store, msg)
+            kept = self._resent.get(group)
+        if kept is not None and kept.version == version:
+            return kept
+        phys = np.array(sorted(_phys_of(i) for i in resent_ids(sessions, group)), dtype=np.int64)
+        kept = _Resent(version, phys)
         with self._lock:
-            self._reasons[msg.phys_offset] = reason
-            if len(self._reasons) > self._size:
-                self._reasons.popitem(last=False)
-        return reason
-
-    def summaries(self, store: MessageStore, names: list[str]) -> tuple[list[Summary], bool]:
-        """Every dead letter of the topics, newest first (at most MAX_SCAN per queue); True when
-        older ones were left out. The list is shared with other requests: read it, never change it."""
-        queues = store.topics()
-        with self._reading:
-            parts = [(name, queue_id, lo, self._caught_up(store, name, queue_id, lo, hi))
-                     for name in names for queue_id, lo, hi in queues.get(name, [])]
-            made_of = tuple((name, queue_id, lo, kept.first, len(kept.summaries)) for name, queue_id, lo, kept in parts)
-            key = tuple(names)
-            cached = self._merged.get(key)
-            if cached is not None and cached[0] == made_of:
-                self._merged.move_to_end(key)
-                return cached[1], cached[2]
-            merged = [summary for *_, kept in parts for summary in kept.summaries if summary is not None]
-            merged.sort(key=lambda m: (m.store_timestamp, m.phys_offset), reverse=True)
-            truncated = any(kept.first > lo for _, _, lo, kept in parts)
-            self._merged[key] = (made_of, merged, truncated)
-            if len(self._merged) > MERGES_KEPT:
-                self._merged.popitem(last=False)
-            return merged, truncated
-
-    def _caught_up(self, store: MessageStore, name: str, queue_id: int, lo: int, hi: int) -> _QueueSummaries:
-        window = max(lo, hi - MAX_SCAN)  # a request looks at the newest MAX_SCAN of a queue
-        kept = self._queues.get((name, queue_id))
-        if kept is None or not window <= kept.first + len(kept.summaries) <= hi:  # new, cut back, or all expired
-            kept = self._queues[(name, queue_id)] = _QueueSummaries(window, [])
-        end = kept.first + len(kept.summaries)
-        kept.summaries += [_summary(store, name, queue_id, offset) for offset in range(end, hi)]
-        if window > kept.first:
-            del kept.summaries[:window - kept.first]
-            kept.first = window
+            self._resent[group] = kept
         return kept
 
+    def reason(self, store: MessageStore, msg: StoredMessage) -> str:
+        """Why a dead letter failed, as the inbox says it."""
+        return dead_letter_reason(store, msg)
 
-def _summary(store: MessageStore, name: str, queue_id: int, offset: int) -> Summary | None:
+    def counts(self, key: tuple, count: Callable[[], tuple[int, dict[str, int], int | None]]
+               ) -> tuple[int, dict[str, int], int | None]:
+        with self._lock:
+            found = self._counts.get(key)
+            if found is not None:
+                self._counts.move_to_end(key)
+                return found
+        found = count()
+        with self._lock:
+            self._counts[key] = found
+            if len(self._counts) > self._counts_kept:
+                self._counts.popitem(last=False)
+        return found
+
+
+def _phys_of(offset_msg_id: str) -> int:
     try:
-        return Summary.of(store.get_by_queue_offset(name, queue_id, offset))
+        return ids.decode_offset_msg_id(offset_msg_id)[1]
     except StoreError:
-        return None  # expired or unreadable: not in the inbox
+        return -1
 
 
-def _reason_from_trace(store: MessageStore, msg: Summary | StoredMessage) -> str:
+def dead_letter_reason(store: MessageStore, msg: StoredMessage) -> str:
+    """Why a dead letter failed: as its queue's dead-letter index says, else as its trace does."""
+    indexed = ""
+    if topics.is_dlq_topic(msg.topic):
+        for units in store.dead_letter_units(msg.topic):
+            row = int(np.searchsorted(units.units["phys"], msg.phys_offset))
+            if row < len(units.units) and int(units.units[row]["phys"]) == msg.phys_offset:
+                indexed = units.reason(row)
+    return _reason(store, msg, indexed)
+
+
+def _reason(store: MessageStore, msg: StoredMessage, indexed: str) -> str:
+    """Why the dead letter failed: as indexed (its DLQ_REASON property, or its trace's DEAD_LETTER
+    event), else what the rest of its trace says."""
+    return indexed or _reason_from_trace(store, msg)
+
+
+def _reason_from_trace(store: MessageStore, msg: StoredMessage) -> str:
     try:
         events = store.timeline(msg.unique_key or msg.offset_msg_id)
     except StoreError:
@@ -230,89 +221,151 @@ def copy_state(store: MessageStore, group: str, offset_msg_id: str | None) -> st
     return "consumed" if committed is not None and committed > copy.queue_offset else "pending"
 
 
-@dataclass
-class _Matches:
-    matching: list[tuple[Summary, str]]  # (dead letter, state), newest first: every match, or a page's
-    total: int  # every match
-    more: bool  # matches after the page's
-    counts: dict[str, int]
-    oldest_waiting: int | None
-    truncated: bool
-    dead_again: dict[str, str]
+@dataclass(frozen=True)
+class _Found:
+    """A dead letter the filter matched: where it is in the dead-letter index."""
+
+    units: DeadLetterUnits
+    row: int
+    phys_offset: int
+    store_timestamp: int
+    state: str
 
 
-def _match(store: MessageStore, sessions: sessionmaker[Session], now: int, cache: DeadLetterCache,
-           group: str | None, wanted: Filter, after: tuple[int, int] | None = None,
-           limit: int | None = None) -> _Matches:
-    """The dead letters the filter matches, counted; kept: those older than `after` (a page's
-    cursor), at most `limit` of them (a request holds its page, not every dead letter)."""
-    all_dead, truncated = cache.summaries(store, dead_letter_topics(store, group))
-    dead_again: dict[str, str] = {}  # dead letter -> the newer dead letter of its resent copy
-    for msg in all_dead:
-        if msg.resent_from is not None and msg.resent_from not in dead_again:
-            dead_again[msg.resent_from] = msg.offset_msg_id
-    resent = resent_ids(sessions, group)
-    end = wanted.end if wanted.end is not None else now + 365 * 24 * 3600 * 1000
-    needle = wanted.reason.lower() if wanted.reason else None
-    matching: list[tuple[Summary, str]] = []
-    total = beyond = 0
-    counts = dict.fromkeys(STATES, 0)
-    oldest_waiting = None
-    for msg in all_dead:
-        if not wanted.begin <= msg.store_timestamp <= end:
-            continue
-        if wanted.key is not None and wanted.key not in msg.keys and wanted.key != msg.unique_key:
-            continue
-        if wanted.tag is not None and msg.tags != wanted.tag:
-            continue
-        if needle is not None and needle not in cache.reason(store, msg).lower():
-            continue
-        state = ("failed_again" if msg.offset_msg_id in dead_again
-                 else "resent" if msg.offset_msg_id in resent else "waiting")
-        counts[state] += 1
-        if state == "waiting":
-            oldest_waiting = msg.store_timestamp
-        if wanted.state is not None and wanted.state != state:
-            continue
-        total += 1
-        if after is not None and (msg.store_timestamp, msg.phys_offset) >= after:
-            continue
-        if limit is None or len(matching) < limit:
-            matching.append((msg, state))
-        else:
-            beyond += 1
-    return _Matches(matching, total, beyond > 0, counts, oldest_waiting, truncated, dead_again)
+class _Selection:
+    """A filter over the dead-letter index of some topics: which units it keeps, their states,
+    and the counts (cached until the index, the resends or retention change)."""
+
+    def __init__(self, store: MessageStore, sessions: sessionmaker[Session], now: int, cache: DeadLetterCache,
+                 group: str | None, wanted: Filter):
+        names = dead_letter_topics(store, group)
+        lows = {(name, queue_id): lo for name, queues in store.topics().items() if name in names
+                for queue_id, lo, _ in queues}
+        self.parts = [(units, lows.get((units.topic, units.queue_id), 0))
+                      for name in names for units in store.dead_letter_units(name)]
+        self.wanted = wanted
+        self.end = wanted.end if wanted.end is not None else now + 365 * 24 * 3600 * 1000
+        self.resent = cache.resent(sessions, group)
+        self.again_phys = np.array(sorted(_phys_of(i) for units, _ in self.parts for i in units.again), dtype=np.int64)
+        self.key_phys = self._keyed(store, names) if wanted.key is not None else None
+        self._tags = tags_code(wanted.tag) if wanted.tag is not None else None
+        self._reasons = {id(units): units.reason_numbers(wanted.reason) for units, _ in self.parts} \
+            if wanted.reason else None
+        shape = tuple((units.topic, units.queue_id, lo, len(units.units)) for units, lo in self.parts)
+        self.total, self.counts, self.oldest_waiting = cache.counts(
+            (shape, self.resent.version, len(self.again_phys), wanted.begin, wanted.end, wanted.key, wanted.tag,
+             wanted.reason, wanted.state), self._count)
+
+    def _keyed(self, store: MessageStore, names: list[str]) -> np.ndarray:
+        """Dead letters whose keys or unique key are the key, from the store's key index."""
+        key = self.wanted.key
+        found = [m.phys_offset for name in names
+                 for m in (*store.query_by_key(name, key, max_results=KEY_MATCHES_MAX).messages,
+                           *store.query_by_unique_key(name, key, max_results=KEY_MATCHES_MAX).messages)]
+        return np.array(sorted(set(found)), dtype=np.int64)
+
+    def _kept(self, units: DeadLetterUnits, lo: int, chunk: np.ndarray) -> np.ndarray:
+        """Every filter but the state's."""
+        mask = chunk["queue_offset"] >= lo
+        mask &= (chunk["store_ts"] >= self.wanted.begin) & (chunk["store_ts"] <= self.end)
+        if self._tags is not None:
+            mask &= chunk["tags"] == self._tags
+        if self._reasons is not None:
+            mask &= self._reasons[id(units)][chunk["reason"]]
+        if self.key_phys is not None:
+            mask &= np.isin(chunk["phys"], self.key_phys)
+        return mask
+
+    def _states(self, chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(failed again, resent) masks of the units."""
+        again = np.isin(chunk["phys"], self.again_phys)
+        return again, np.isin(chunk["phys"], self.resent.phys) & ~again
+
+    def _keep(self, units: DeadLetterUnits, lo: int) -> Callable[[np.ndarray], np.ndarray]:
+        def keep(chunk: np.ndarray) -> np.ndarray:
+            mask = self._kept(units, lo, chunk)
+            if self.wanted.state is not None:
+                again, resent = self._states(chunk)
+                mask &= {"failed_again": again, "resent": resent, "waiting": ~again & ~resent}[self.wanted.state]
+            return mask
+        return keep
+
+    def _count(self) -> tuple[int, dict[str, int], int | None]:
+        counts = dict.fromkeys(STATES, 0)
+        oldest_waiting = None
+        for units, lo in self.parts:
+            for start in range(0, len(units.units), COUNT_CHUNK):
+                chunk = units.units[start:start + COUNT_CHUNK]
+                mask = self._kept(units, lo, chunk)
+                again, resent = self._states(chunk)
+                waiting = mask & ~again & ~resent
+                counts["failed_again"] += int(np.count_nonzero(mask & again))
+                counts["resent"] += int(np.count_nonzero(mask & resent))
+                counts["waiting"] += int(np.count_nonzero(waiting))
+                if waiting.any():
+                    oldest = int(chunk["store_ts"][waiting].min())
+                    oldest_waiting = oldest if oldest_waiting is None else min(oldest_waiting, oldest)
+        total = counts[self.wanted.state] if self.wanted.state is not None else sum(counts.values())
+        return total, counts, oldest_waiting
+
+    def newest_first(self, before_phys: int | None, limit: int) -> list[_Found]:
+        """At most `limit` matches older than `before_phys`, newest (highest commit log offset) first."""
+        found = []
+        for units, lo in self.parts:
+            rows = np.fromiter(units.newest_first(before_phys, self._keep(units, lo), limit), dtype=np.int64)
+            chosen = units.units[rows]
+            again, resent = self._states(chosen)
+            for row, phys, store_ts, is_again, is_resent in zip(
+                    rows.tolist(), chosen["phys"].tolist(), chosen["store_ts"].tolist(), again.tolist(),
+                    resent.tolist(), strict=True):
+                state = "failed_again" if is_again else "resent" if is_resent else "waiting"
+                found.append(_Found(units, row, phys, store_ts, state))
+        found.sort(key=lambda f: f.phys_offset, reverse=True)
+        return found[:limit]
+
+    def pages(self, page: int = MAX_LIMIT) -> Iterator[list[_Found]]:
+        """Every match, newest first, a page at a time."""
+        before = None
+        while True:
+            found = self.newest_first(before, page)
+            if found:
+                yield found
+            if len(found) < page:
+                return
+            before = found[-1].phys_offset
 
 
 def inbox(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: DeadLetterCache,
           group: str | None, wanted: Filter, cursor: str | None = None, limit: int = 50) -> Inbox:
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequestError(f"limit is between 1 and {MAX_LIMIT}")
+    after = _cursor(cursor)
     now = clock.now_ms()
-    found = _match(store, sessions, now, cache, group, wanted, _cursor(cursor), limit)
-    page = found.matching
-    rows = _rows(store, sessions, cache, found, page, now)
-    next_cursor = f"{page[-1][0].store_timestamp}-{page[-1][0].phys_offset}" if found.more and page else None
-    return Inbox(group, rows, next_cursor, found.total, found.counts, found.oldest_waiting, found.truncated)
+    selection = _Selection(store, sessions, now, cache, group, wanted)
+    found = selection.newest_first(after[1] if after is not None else None, limit + 1)
+    page = found[:limit]
+    rows = _rows(store, sessions, page, now)
+    next_cursor = f"{page[-1].store_timestamp}-{page[-1].phys_offset}" if len(found) > limit else None
+    return Inbox(group, rows, next_cursor, selection.total, selection.counts, selection.oldest_waiting, False)
 
 
-def _rows(store: MessageStore, sessions: sessionmaker[Session], cache: DeadLetterCache, found: _Matches,
-          page: list[tuple[Summary, str]], now: int) -> list[DeadLetter]:
+def _rows(store: MessageStore, sessions: sessionmaker[Session], page: list[_Found], now: int) -> list[DeadLetter]:
     """The rows of these dead letters, each read whole, with its last resend; those that expired
-    since they were summarized are left out."""
-    resends = resent_before(sessions, [summary.offset_msg_id for summary, _ in page])
-    rows = (_row(store, cache, found, resends, summary, state, now) for summary, state in page)
-    return [row for row in rows if row is not None]
+    since they were indexed are left out."""
+    read = []
+    for found in page:
+        try:
+            read.append((found, store.read(found.phys_offset)))
+        except StoreError:
+            continue
+    resends = resent_before(sessions, [msg.offset_msg_id for _, msg in read])
+    return [_row(store, resends, found, msg, now) for found, msg in read]
 
 
-def _row(store: MessageStore, cache: DeadLetterCache, found: _Matches, resends: dict[str, Row], summary: Summary,
-         state: str, now: int) -> DeadLetter | None:
-    try:
-        msg = store.read(summary.phys_offset)
-    except StoreError:
-        return None
+def _row(store: MessageStore, resends: dict[str, Row], found: _Found, msg: StoredMessage, now: int) -> DeadLetter:
     item = resends.get(msg.offset_msg_id)
-    dead_again = found.dead_again.get(msg.offset_msg_id)
+    again = found.units.again.get(msg.offset_msg_id)
+    dead_again = again[1] if again is not None else None
     group = group_of(msg.topic)
     expiry = store.expires_at(msg.phys_offset)
     resend = None
@@ -322,22 +375,30 @@ def _row(store: MessageStore, cache: DeadLetterCache, found: _Matches, resends: 
                   "copy_state": "failed_again" if dead_again else copy_state(store, group, item.new_offset_msg_id)}
     return DeadLetter(
         offset_msg_id=msg.offset_msg_id, unique_key=msg.unique_key, group=group, topic=msg.topic,
-        original_topic=origin_topic(msg), keys=msg.keys, tags=msg.tags, reason=cache.reason(store, summary),
+        original_topic=origin_topic(msg), keys=msg.keys, tags=msg.tags,
+        reason=_reason(store, msg, found.units.reason(found.row)),
         reconsume_times=msg.reconsume_times, store_timestamp=msg.store_timestamp, age_ms=now - msg.store_timestamp,
-        expires_at=expiry.at_ms if expiry is not None else None, state=state, resent_after=summary.resent_from,
-        resend=resend, dead_again=dead_again, phys_offset=msg.phys_offset)
+        expires_at=expiry.at_ms if expiry is not None else None, state=found.state,
+        resent_after=msg.properties.get(RESENT_FROM_PROPERTY), resend=resend, dead_again=dead_again,
+        phys_offset=msg.phys_offset)
 
 
 def matching_rows(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: DeadLetterCache,
                   group: str, wanted: Filter) -> Iterator[DeadLetter]:
-    """Every dead letter the filter matches, newest first, from one scan (for the exports)."""
+    """Every dead letter the filter matches, newest first, read a page at a time (for the exports)."""
     now = clock.now_ms()
-    found = _match(store, sessions, now, cache, group, wanted)
-    for start in range(0, len(found.matching), MAX_LIMIT):
-        yield from _rows(store, sessions, cache, found, found.matching[start:start + MAX_LIMIT], now)
+    for page in _Selection(store, sessions, now, cache, group, wanted).pages():
+        yield from _rows(store, sessions, page, now)
 
 
 def matching_ids(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: DeadLetterCache,
-                 group: str, wanted: Filter) -> list[str]:
-    """The offset ids of every dead letter the filter matches, newest first (for "resend all matching")."""
-    return [msg.offset_msg_id for msg, _ in _match(store, sessions, clock.now_ms(), cache, group, wanted).matching]
+                 group: str, wanted: Filter, at_most: int | None = None) -> list[str]:
+    """The offset ids of every dead letter the filter matches (of the first `at_most` + 1 when
+    given: enough to tell there are too many), newest first, from the index alone (for "resend
+    all matching" and redrive jobs)."""
+    found_ids: list[str] = []
+    for page in _Selection(store, sessions, clock.now_ms(), cache, group, wanted).pages():
+        found_ids += [found.units.offset_msg_id(found.row) for found in page]
+        if at_most is not None and len(found_ids) > at_most:
+            return found_ids[:at_most + 1]
+    return found_ids

@@ -15,10 +15,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -48,6 +48,9 @@ QUEUED, SKIPPED = "queued", "skipped"
 PLANNED, RUNNING, PAUSED, CANCELLED, DONE = "planned", "running", "paused", "cancelled", "done"
 MAX_RATE = 10_000
 MAX_ITEMS = 100_000
+ITEMS_PAGE = 500  # a job's items a page lists, by default
+ITEMS_PAGE_MAX = 1_000
+INSERT_CHUNK = 1_000
 MIN_RESENT_FOR_SHARE = 20  # the dead share is judged once this many were resent
 DEAD_CHECK_S = 1.0
 
@@ -114,11 +117,31 @@ def list_jobs(sessions: sessionmaker[Session], limit: int = 50) -> list[JobView]
         return [_view(s, job) for job in s.scalars(select(RedriveJob).order_by(RedriveJob.id.desc()).limit(limit))]
 
 
-def job_items(sessions: sessionmaker[Session], job_id: int) -> list[ResendItem]:
+def job_items(sessions: sessionmaker[Session], job_id: int, after: int | None = None,
+              limit: int = ITEMS_PAGE) -> tuple[list[ResendItem], int | None]:
+    """A page of the job's items in the order they were listed, after item `after`; and the
+    cursor of the next page (None on the last)."""
+    if not 1 <= limit <= ITEMS_PAGE_MAX:
+        raise InvalidRequestError(f"limit is between 1 and {ITEMS_PAGE_MAX}")
     with sessions() as s:
         if s.get(RedriveJob, job_id) is None:
             raise NotFoundError(f"no redrive job {job_id}")
-        return list(s.scalars(select(ResendItem).where(ResendItem.job_id == job_id).order_by(ResendItem.id)))
+        query = select(ResendItem).where(ResendItem.job_id == job_id)
+        if after is not None:
+            query = query.where(ResendItem.id > after)
+        found = list(s.scalars(query.order_by(ResendItem.id).limit(limit + 1)))
+    page = found[:limit]
+    return page, page[-1].id if len(found) > limit else None
+
+
+def every_job_item(sessions: sessionmaker[Session], job_id: int) -> Iterator[ResendItem]:
+    """The job's items, read a page at a time (for the report)."""
+    after: int | None = None
+    while True:
+        page, after = job_items(sessions, job_id, after, ITEMS_PAGE_MAX)
+        yield from page
+        if after is None:
+            return
 
 
 def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: dead_letters.DeadLetterCache,
@@ -132,14 +155,14 @@ def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Cloc
     if not 0 < max_dead_share <= 1:
         raise InvalidRequestError("max_dead_share is above 0 and at most 1")
     where = Destination.parse(destination)
-    matched = dead_letters.matching_ids(store, sessions, clock, cache, group, wanted)
+    matched = dead_letters.matching_ids(store, sessions, clock, cache, group, wanted, at_most=MAX_ITEMS)
     if len(matched) > MAX_ITEMS:
-        raise InvalidRequestError(f"{len(matched)} dead letters match: a job takes at most {MAX_ITEMS}; narrow "
-                                  "the filter")
+        raise InvalidRequestError(f"more than {MAX_ITEMS} dead letters match: a job takes at most {MAX_ITEMS}; "
+                                  "narrow the filter")
     if not matched:
         raise InvalidRequestError("no dead letter matches the filter: nothing to redrive")
     earlier = resent_before(sessions, matched)
-    plan = []
+    plan = []  # (dead letter id, destination, lookup key): three short strings a dead letter
     for dead_id in matched:
         dead = find_dead_letter(store, group, dead_id)
         plan.append((dead_id, where.topic_for(store, group, dead), dead.unique_key or store.new_unique_key()))
@@ -155,11 +178,13 @@ def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Cloc
                          total=len(plan))
         s.add(job)
         s.flush()
-        s.add_all([ResendItem(action_id=entry_id, job_id=job.id, dead_letter_id=dead_id, group=group,
-                              destination=target, lookup_key=key, at_ms=now, actor=actor.name,
-                              status=SKIPPED if dead_id in earlier else QUEUED,
-                              error=f"resent already by {earlier[dead_id].actor}" if dead_id in earlier else None)
-                   for dead_id, target, key in plan])
+        for start in range(0, len(plan), INSERT_CHUNK):  # rows, not entities: a job of 100,000 stays small
+            s.execute(insert(ResendItem), [
+                {"action_id": entry_id, "job_id": job.id, "dead_letter_id": dead_id, "group": group,
+                 "destination": target, "lookup_key": key, "at_ms": now, "actor": actor.name,
+                 "status": SKIPPED if dead_id in earlier else QUEUED,
+                 "error": f"resent already by {earlier[dead_id].actor}" if dead_id in earlier else None}
+                for dead_id, target, key in plan[start:start + INSERT_CHUNK]])
         return {"job_id": job.id, "count": len(plan), "skipped": len(earlier),
                 "dead_letters": [dead_id for dead_id, _, _ in plan[:1000]]}
 

@@ -17,7 +17,7 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.models import AuditEntry, ResendItem
@@ -182,6 +182,7 @@ def find_dead_letter(store: MessageStore, group: str | None, message_id: str) ->
 
 
 LOOKUP_CHUNK = 500
+PAGE_CHUNK = 64
 RESEND_COLUMNS = (ResendItem.dead_letter_id, ResendItem.status, ResendItem.at_ms, ResendItem.actor,
                   ResendItem.action_id, ResendItem.destination, ResendItem.new_offset_msg_id)
 
@@ -194,14 +195,26 @@ def resent_before(sessions: sessionmaker[Session], dead_letter_ids: Iterable[str
     with sessions() as s:
         for start in range(0, len(wanted), LOOKUP_CHUNK):
             chunk = wanted[start:start + LOOKUP_CHUNK]
-            # Always LOOKUP_CHUNK values: one statement text, so the database keeps one prepared
-            # statement rather than one per chunk length (each of hundreds of parameters).
-            chunk += [chunk[-1]] * (LOOKUP_CHUNK - len(chunk))
+            # Always PAGE_CHUNK or LOOKUP_CHUNK values: two statement texts, so the database keeps
+            # two prepared statements rather than one per chunk length (each of hundreds of
+            # parameters), and a page's few ids are not padded to hundreds.
+            chunk += [chunk[-1]] * ((PAGE_CHUNK if len(chunk) <= PAGE_CHUNK else LOOKUP_CHUNK) - len(chunk))
             for item in s.execute(select(*RESEND_COLUMNS).where(ResendItem.dead_letter_id.in_(chunk),
                                                                 ResendItem.status.in_((OK, PENDING)))
                                   .order_by(ResendItem.id)):
                 found[item.dead_letter_id] = item
     return found
+
+
+def resend_items_version(sessions: sessionmaker[Session], group: str | None) -> tuple[int, int | None]:
+    """How many items resent (or may have resent) dead letters of `group` (or of every group),
+    and the newest one's id: when neither moved, resent_ids answers as before."""
+    query = select(func.count(), func.max(ResendItem.id)).where(ResendItem.status.in_((OK, PENDING)))
+    if group is not None:
+        query = query.where(ResendItem.group == group)
+    with sessions() as s:
+        count, newest = s.execute(query).one()
+    return count, newest
 
 
 def resent_ids(sessions: sessionmaker[Session], group: str | None) -> set[str]:

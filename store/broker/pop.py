@@ -453,17 +453,18 @@ class PopService:
         if original is None:
             sub.remove(entry)
             return True
+        why = (f"{entry.attempt} delivery attempt{'' if entry.attempt == 1 else 's'} failed; "
+               f"last: {entry.last_failure}")
+        properties = dead_letter_properties(original)
+        properties[topics.DLQ_REASON] = topics.dead_letter_reason_property(why)
         try:
-            built = store._builder.build_copy(original, topics.dlq_topic(sub.group), 0, entry.attempt,
-                                              dead_letter_properties(original))
+            built = store._builder.build_copy(original, topics.dlq_topic(sub.group), 0, entry.attempt, properties)
         except StoreError as exc:
             entry.last_failure = f"{entry.last_failure}; dead letter not written: {exc}"
             return False
         result = store._append_planned([built], now)[0]
         sub.remove(entry)
         if self._tracing(sub):
-            why = (f"{entry.attempt} delivery attempt{'' if entry.attempt == 1 else 's'} failed; "
-                   f"last: {entry.last_failure}")
             events.append(TraceEvent(TraceKind.DEAD_LETTER, entry.unique_key, now, result.topic, result.queue_id,
                                      result.queue_offset, result.offset_msg_id, group=sub.group,
                                      attempt=entry.attempt, reconsume_times=entry.attempt, reason=why))

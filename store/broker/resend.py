@@ -12,7 +12,7 @@ from store.format.codec import COMPRESSED_FLAG, StoredMessage
 
 # Properties of the dead letter's routing that its fresh copy does not carry.
 DROPPED = frozenset({topics.DELAY, topics.REAL_TOPIC, topics.REAL_QID, topics.WAIT, topics.RETRY_TOPIC,
-                     topics.DLQ_ORIGIN_TOPIC, topics.DLQ_ORIGIN_MESSAGE_ID, topics.CLUSTER})
+                     topics.DLQ_ORIGIN_TOPIC, topics.DLQ_ORIGIN_MESSAGE_ID, topics.CLUSTER, topics.DLQ_REASON})
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from store.broker.record_builder import NewMessage, is_valid_key
-from store.broker.trace import TraceEvent, ordered
-from store.broker.trace_pack import pack, record_events
+from store.broker.trace import TraceEvent, TraceKind, ordered
+from store.broker.trace_pack import FIELD_SEPARATOR, KIND_CODES, LINE_SEPARATOR, is_packed, pack, record_events
 from store.clock import Clock
 from store.errors import StoreError
 from store.format import ids, topics
@@ -19,6 +19,7 @@ from store.format.codec import StoredMessage
 from store.format.hosts import HostAddress
 
 TRACE_BATCH_EVENTS = 512
+_DEAD_LETTER_LINE = (LINE_SEPARATOR + KIND_CODES[TraceKind.DEAD_LETTER] + FIELD_SEPARATOR).encode()
 
 Append = Callable[[list[NewMessage], int], object]  # (records, store time): the store appends them
 Records = Callable[[str, int], list[StoredMessage]]  # (key, at most): trace records keyed by it, newest first
@@ -95,3 +96,12 @@ def timeline(records: Records, read: Read, id_or_key: str, max_events: int) -> l
     if len(keys) == 1 and id_or_key not in keys and is_valid_key(unique_key := keys.pop() or ""):
         return events_of(records, unique_key, max_events)
     return events
+
+
+def dead_letter_reasons(msg: StoredMessage) -> list[tuple[str, int, int, str]]:
+    """(dead-letter topic, queue id, queue offset, reason) of the DEAD_LETTER events a trace record holds."""
+    if msg.topic != topics.TRACE_TOPIC or (is_packed(msg) and _DEAD_LETTER_LINE not in msg.body):
+        return []
+    return [(e.topic, e.queue_id, e.queue_offset, e.reason) for _, e in record_events(msg)
+            if e.kind == TraceKind.DEAD_LETTER and e.topic and e.queue_id is not None
+            and e.queue_offset is not None and e.reason]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import os
 import threading
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from store.broker import trace_log
 from store.broker.delay_inference import (
     DEFAULT_TABLE_TEXT,
     FILE_TABLE_TEXT,
@@ -32,7 +34,7 @@ from store.errors import (
     StoreNotFoundError,
     is_no_space,
 )
-from store.format import ids
+from store.format import ids, topics
 from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
 from store.log.checkpoint import Checkpoint
 from store.log.commitlog import CommitLog
@@ -42,6 +44,7 @@ from store.log.disk_guard import DiskGuard
 from store.log.group_commit import GroupCommitter
 from store.log.paths import LOCK_CONTENT
 from store.projections.consume_queue import ConsumeQueues
+from store.projections.dead_letters import DeadLetterIndex
 from store.projections.dispatch import Dispatcher
 from store.projections.index import IndexService
 
@@ -93,10 +96,14 @@ class StoreLifecycle:
         self._index = IndexService(self.paths.index, self.geometry.index_slots, self.geometry.index_entries,
                                    self.clock, writable=False, private=True)
         self._choose_delay_levels()
-        self.dispatcher = Dispatcher(self.commitlog, self._queues, self._index, self.delay_levels)
+        self.dead_letter_index = DeadLetterIndex(self.paths, writable=False)
+        self.dispatcher = Dispatcher(self.commitlog, self._queues, self._index, self.delay_levels,
+                                     self.dead_letter_index)
         start = self.dispatcher.dispatched_to = self._replay_start(None)
         before = self._projected_sizes()
+        self.dispatcher.dead_letter_reasons = trace_log.dead_letter_reasons
         records = self.dispatcher.dispatch_pending()
+        self._open_dead_letter_index()
         units, keys = (after - earlier for after, earlier in zip(self._projected_sizes(), before, strict=True))
         if units or keys:
             self.projected_in_memory = ProjectedInMemory(start, self.commitlog.end, records, units, keys)
@@ -161,9 +168,13 @@ class StoreLifecycle:
         if self.abnormal_shutdown:
             self._index.repair_after_crash()
         self._choose_delay_levels()
-        self.dispatcher = Dispatcher(self.commitlog, self._queues, self._index, self.delay_levels)
+        self.dead_letter_index = DeadLetterIndex(self.paths, writable=True)
+        self.dispatcher = Dispatcher(self.commitlog, self._queues, self._index, self.delay_levels,
+                                     self.dead_letter_index)
+        self.dispatcher.dead_letter_reasons = trace_log.dead_letter_reasons
         self.dispatcher.dispatched_to = self._replay_start(index_rebuild_from)
         self.dispatcher.dispatch_pending()
+        self._open_dead_letter_index()
         self._open_config(writable=True)
         self._builder = RecordBuilder(
             self.store_host, self.config.cluster, self.delay_levels, self.metadata.topic_for_send,
@@ -189,6 +200,19 @@ class StoreLifecycle:
             self._scheduler_thread = threading.Thread(target=self._schedule_loop, name="mqlens-schedule",
                                                       daemon=True)
             self._scheduler_thread.start()
+
+    def _open_dead_letter_index(self) -> None:
+        """Index the dead letters the index lacks (all of them, the first time) and read the
+        reasons of those whose records carry none from the trace records written after them."""
+        index = self.dead_letter_index
+        index.catch_up(self._queues, self.commitlog)
+        since, index.unexplained_from, index.opening = index.unexplained_from, None, False
+        if since is None:
+            return
+        for cq in self._queues.topics().get(topics.TRACE_TOPIC, []):
+            offsets = range(cq.min_offset, cq.max_offset)
+            first = bisect.bisect_left(offsets, since, key=lambda offset: cq.get(offset).phys_offset)
+            self.dispatcher.explain_dead_letters([cq.get(offset).phys_offset for offset in offsets[first:]])
 
     def _projected_sizes(self) -> tuple[int, int]:
         return (sum(cq.max_offset for cq in self._queues), sum(f.used_entries for f in self._index.files))

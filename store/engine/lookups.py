@@ -13,6 +13,7 @@ from store.errors import (
 )
 from store.format import ids, topics
 from store.format.codec import StoredMessage
+from store.projections.dead_letters import DeadLetterUnits
 
 
 class Lookups:
@@ -95,6 +96,13 @@ class Lookups:
 
     def _trace_records(self, key: str, max_records: int) -> list[StoredMessage]:
         return self.query_by_key(topics.TRACE_TOPIC, key, max_results=max_records).messages
+
+    def dead_letter_units(self, topic: str) -> list[DeadLetterUnits]:
+        """The dead-letter index of a %DLQ% topic, per queue, with every dead letter appended so far."""
+        with self._reading():
+            self.catch_up()
+            self.dead_letter_index.catch_up(self._queues, self.commitlog)
+            return self.dead_letter_index.snapshot(topic)
 
     def topics(self) -> dict[str, list[tuple[int, int, int]]]:
         """topic -> [(queue_id, min_offset, max_offset)]"""

@@ -191,6 +191,14 @@ class DispatchView(NamedTuple):
     properties: dict[str, str]
 
 
+def store_host_for_dispatch(buf, pos: int, sys_flag: int) -> HostAddress:
+    """The store host of the record at `pos` (its head read by decode_for_dispatch)."""
+    cursor = pos + RECORD_HEAD.size + (HOST_V6.size if sys_flag & BORNHOST_V6_FLAG else HOST_V4.size)
+    cursor += STORE_TIMESTAMP.size
+    address, port = (HOST_V6 if sys_flag & STOREHOST_V6_FLAG else HOST_V4).unpack_from(buf, cursor)
+    return HostAddress(bytes(address), port)
+
+
 def decode_for_dispatch(buf, pos: int, *, path: str = "<buffer>") -> DispatchView:
     """A lean decode for dispatch; validates the same lengths as `decode`, skips the CRC."""
     try:

@@ -48,6 +48,17 @@ CQ_UNIT = struct.Struct(
     "q"  # tagsCode: tag hash, or deliver time for SCHEDULE_TOPIC_XXXX
 )
 
+# Dead-letter index unit (store.projections.dead_letters): one per dead letter, in queue order.
+DEAD_LETTER_UNIT = struct.Struct(
+    ">q"  # queue offset in the dead-letter queue
+    "q"  # commit log physical offset
+    "q"  # store timestamp (ms)
+    "q"  # tagsCode: the tag's hash
+    "i"  # record size
+    "i"  # reason: its line number in the queue's reasons file
+    "i"  # store host: its line number in the queue's hosts file
+)
+
 # Index file.
 INDEX_HEADER = struct.Struct(
     ">q"  # beginTimestamp

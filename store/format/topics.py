@@ -57,6 +57,15 @@ def is_dlq_topic(topic: str) -> bool:
 # Properties of a dead letter's resent copy: the operator action that made it, and the dead letter.
 RESEND_ACTION = "MQLENS_RESEND_ACTION"
 RESENT_FROM = "MQLENS_RESENT_FROM"
+# Property of a dead letter: why it was dead-lettered (what the inbox shows and filters on).
+DLQ_REASON = "MQLENS_DLQ_REASON"
+MAX_DLQ_REASON_CHARS = 1024
+_PROPERTY_SEPARATORS = str.maketrans({"\x01": " ", "\x02": " "})
+
+
+def dead_letter_reason_property(reason: str) -> str:
+    """The reason as a property value: bounded, without the properties' separator characters."""
+    return reason[:MAX_DLQ_REASON_CHARS].translate(_PROPERTY_SEPARATORS)
 
 
 def message_copy_kind(topic: str, properties: dict[str, str]) -> str:

@@ -8,6 +8,11 @@ from pathlib import Path
 COMMITLOG_DIR = "commitlog"
 CONSUMEQUEUE_DIR = "consumequeue"
 INDEX_DIR = "index"
+DEAD_LETTER_DIR = "deadletters"  # mqlens only: the dead-letter inbox's index (store.projections.dead_letters)
+DEAD_LETTER_UNITS_FILE = "units"
+DEAD_LETTER_REASONS_FILE = "reasons"
+DEAD_LETTER_HOSTS_FILE = "hosts"
+DEAD_LETTER_AGAIN_FILE = "again"
 CONFIG_DIR = "config"
 CHECKPOINT_FILE = "checkpoint"
 ABORT_FILE = "abort"
@@ -54,6 +59,9 @@ class StorePaths:
     @property
     def index(self) -> Path:
         return self.root / INDEX_DIR
+
+    def dead_letter_dir(self, topic: str, queue_id: int) -> Path:
+        return self.root / DEAD_LETTER_DIR / topic / str(queue_id)
 
     @property
     def config(self) -> Path:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from store.errors import StoreError
 from store.format import codec, topics
 from store.format.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK, TRANSACTION_TYPE_MASK, split_keys
 from store.format.delay_levels import DelayLevels
@@ -29,9 +30,12 @@ from store.format.recordio import (
 )
 from store.log.commitlog import CommitLog
 from store.projections.consume_queue import ConsumeQueues
+from store.projections.dead_letters import DeadLetterIndex, Reasons
 from store.projections.index import IndexService, index_key
 
 DISPATCH_BATCH_RECORDS = 16_384
+DLQ_PREFIX = topics.DLQ_PREFIX.encode()
+TRACE_TOPIC = topics.TRACE_TOPIC.encode()
 _DELAY_LEVEL_TEXT = re.compile(r"[+-]?[0-9]{1,9}")  # Integer.parseInt, kept to int range
 
 
@@ -123,10 +127,12 @@ class BatchScanner:
 
 class Dispatcher:
     def __init__(self, commitlog: CommitLog, queues: ConsumeQueues, index: IndexService,
-                 delay_levels: DelayLevels):
+                 delay_levels: DelayLevels, dead_letters: DeadLetterIndex | None = None):
         self.commitlog = commitlog
         self.queues = queues
         self.index = index
+        self.dead_letters = dead_letters
+        self.dead_letter_reasons: Reasons | None = None  # read from trace records (the broker's format)
         self.delay_levels = delay_levels
         self.dispatched_to = commitlog.min_offset
         self.last_store_timestamp = 0
@@ -155,12 +161,33 @@ class Dispatcher:
         """Dispatch every record between the progress mark and the commit log's end."""
         end = self.commitlog.end
         count = 0
+        dead_letters = False
+        traces: list[int] = []
         while self.dispatched_to < end:
             batch, reached = self.scan(self.dispatched_to, end)
             self.dispatch(batch)
             count += len(batch.records)
+            if self.dead_letters is not None:
+                dead_letters = dead_letters or any(name.startswith(DLQ_PREFIX) for name in batch.topic_names)
+                trace_id = batch.topic_ids.get(TRACE_TOPIC)
+                if trace_id is not None:
+                    traces += batch.records["phys"][batch.records["topic_id"] == trace_id].tolist()
             self.dispatched_to = reached
+        if dead_letters:
+            self.dead_letters.catch_up(self.queues, self.commitlog)
+        if traces and self.dead_letter_reasons is not None:
+            self.explain_dead_letters(traces)
         return count
+
+    def explain_dead_letters(self, trace_records: list[int]) -> None:
+        """Give the dead-letter index the reasons these trace records tell."""
+        for phys in trace_records:
+            try:
+                reasons = self.dead_letter_reasons(self.commitlog.read_apart(phys))
+            except StoreError:
+                continue  # gone with retention, or not a record the trace can read
+            if reasons:
+                self.dead_letters.explain(reasons)
 
     def dispatch(self, batch: ScannedBatch) -> None:
         records = batch.records

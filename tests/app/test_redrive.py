@@ -221,3 +221,30 @@ async def test_the_job_pages(api):
     assert f'href="/redrive-jobs/{job_id}"' in listing.text
     bad = await api.client.post("/redrive-jobs", data={"group": GROUP, "rate_per_s": "fast"}, headers=html)
     assert bad.status_code == 400 and "Rate must be a whole number" in bad.text
+
+
+async def test_a_jobs_items_come_in_pages(api):
+    """A job's items page with a cursor, in the API and the job page (issue 25 #16: 100,000 items,
+    14 MB, in one answer)."""
+    ids = await dead_letters(api, 12)
+    job = (await api.client.post(JOBS, json={"group": GROUP, "dry_run": True})).json()["job"]
+    listed, cursor, pages = [], None, 0
+    while True:
+        r = await api.client.get(f"{JOBS}/{job['id']}/items", params={"limit": 5, **({"cursor": cursor} if cursor
+                                                                                       else {})})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        listed += [i["dead_letter_id"] for i in body["items"]]
+        pages += 1
+        if (cursor := body["next_cursor"]) is None:
+            break
+        assert len(body["items"]) == 5
+        if pages == 1:
+            after_five = cursor
+    assert pages == 3 and sorted(listed) == sorted(ids) and len(set(listed)) == 12
+    assert_error(await api.client.get(f"{JOBS}/{job['id']}/items", params={"limit": 5_000}), 422)
+    html = (await api.client.get(f"/redrive-jobs/{job['id']}", params={"cursor": after_five},
+                                 headers={"Accept": "text/html"})).text
+    assert all(i in html for i in listed[5:]) and not any(i in html for i in listed[:5])
+    report = list(csv.DictReader(io.StringIO((await api.client.get(job["report_url"])).text)))
+    assert [row["dead_letter_id"] for row in report] == listed
