@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select, update
 
 from app.models import RedriveJob, ResendItem
-from app.services.redrive import RedriveRunner, job_items
+from app.services.redrive import RedriveRunner, every_job_item
 from app.services.resend import ACTION_PROPERTY, RESENT_FROM_PROPERTY
 from store.format import topics
 from tests.app.conftest import assert_error, audit_rows, make_settings, put_messages, running
@@ -122,7 +122,7 @@ async def test_a_job_keeps_its_rate_on_the_runners_clock_and_sends_in_order(api)
         assert sent() - before <= 2
     done = (await api.client.get(f"{JOBS}/{job['id']}")).json()["job"]
     assert done["state"] == "done" and done["counts"]["ok"] == 60
-    assert copies_in_order(api) == [item.dead_letter_id for item in job_items(api.sessions, job["id"])]
+    assert copies_in_order(api) == [item.dead_letter_id for item in every_job_item(api.sessions, job["id"])]
 
 
 async def test_pause_resume_cancel(api):
