@@ -302,6 +302,7 @@ class OffsetUpdate(Strict):
     topic: TopicField
     queue_id: StrictInt = Field(ge=0)
     offset: StrictInt = Field(ge=0, description="The next offset the group consumes (0 to the queue's max offset).")
+    reason: Reason = None
 
 
 class OffsetResponse(BaseModel):

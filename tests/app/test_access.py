@@ -55,7 +55,7 @@ MUTATING = [
     Endpoint("POST", "/api/groups/g1/ack", MESSAGING, {"receipt_handle": "x"}),
     Endpoint("POST", "/api/groups/g1/nack", MESSAGING, {"receipt_handle": "x"}),
     Endpoint("POST", "/api/groups/g1/change-invisible", MESSAGING, {"receipt_handle": "x", "invisible_ms": 10_000}),
-    Endpoint("PUT", "/api/groups/g1/offsets", MESSAGING, {"topic": "Orders", "queue_id": 0, "offset": 0}),
+    Endpoint("PUT", "/api/groups/g1/offsets", CONFIGURE, {"topic": "Orders", "queue_id": 0, "offset": 0}),
     Endpoint("POST", f"/api/messages/{DEAD}/resend", RESEND),
     Endpoint("POST", "/api/dlq/g1/resend", RESEND, {"message_ids": [DEAD]}),
     Endpoint("POST", "/dead-letters/resend", RESEND),
