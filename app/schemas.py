@@ -447,7 +447,8 @@ class ResendResultOut(BaseModel):
 
 
 class DlqResendResponse(BaseModel):
-    ok: Literal[True] = True
+    ok: bool = Field(description="Every id was resent (or, for a dry run, would be); false when some were not "
+                     "(see each result).")
     action_id: int | None = Field(description="The audit entry of the resend; null for a dry run or when none "
                                   "of the ids named a dead letter.")
     dry_run: bool

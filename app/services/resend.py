@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.models import AuditEntry, ResendItem
 from app.roles import Permission, Principal
 from app.services import audit, lookup
-from app.services.errors import ConflictError, ForbiddenError, InvalidRequestError, NotFoundError
+from app.services.errors import ConflictError, ForbiddenError, InvalidRequestError, NotFoundError, ServiceError
 from app.services.messages import RESERVED_PROPERTIES
 from store.broker.record_builder import is_valid_key
 from store.broker.retry import origin_topic
@@ -138,10 +138,26 @@ class ItemResult:
 
 @dataclass(frozen=True)
 class ResendOutcome:
-    action_id: int | None  # None for a dry run
+    action_id: int | None  # None for a dry run, or when nothing could be resent
     results: list[ItemResult]
     replayed: bool
     diff: dict | None = None  # an edit's changes
+    dry_run: bool = False
+
+    @property
+    def all_done(self) -> bool:
+        """Every item was resent (or replayed as resent); for a dry run, every item would be."""
+        done = "would_resend" if self.dry_run else OK
+        return bool(self.results) and all(r.status == done for r in self.results)
+
+    def nothing_resent(self) -> ServiceError | None:
+        """Why a request resent nothing (not found: no id named a dead letter), or None when it resent something
+        (or was a dry run)."""
+        if self.dry_run or any(r.status in (OK, PENDING) for r in self.results):
+            return None
+        first = next((r for r in self.results if r.status != "not_found"), self.results[0])
+        error = NotFoundError if first.status == "not_found" else InvalidRequestError
+        return error(f"nothing was resent: {first.error or first.status}")
 
 
 def group_of(dlq_topic: str) -> str:
@@ -258,7 +274,7 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
     if dry_run:
         for message_id, dead, target in chosen:
             results[message_id] = ItemResult(message_id, dead.offset_msg_id, "would_resend", target)
-        return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False, diff)
+        return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False, diff, dry_run=True)
     if not chosen:
         return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False)
 
