@@ -52,7 +52,7 @@ def resend_one(offset_msg_id: OffsetMsgIdPath, request: Request, store: StoreDep
     done = service.resend(store, sessions, clock, None, [dead.offset_msg_id], actor=actor,
                           destination=_destination(body.destination), reason=body.reason, force=body.force,
                           idempotency_key=idempotency_key, limit=request.app.state.settings.resend_limit)
-    [result] = [r for r in done.results if r.dead_letter_id == dead.offset_msg_id] or [None]
+    [result] = [r for r in done.results if r.message_id == dead.offset_msg_id] or [None]
     if result is None or result.new_offset_msg_id is None:
         error = result.error if result is not None else "no copy was made"
         if result is not None and result.status == service.FAILED:

@@ -64,6 +64,22 @@ class Destination:
     def as_json(self) -> object:
         return {"topic": self.topic} if self.kind == "named" else self.kind
 
+    def check_allowed(self, store: MessageStore, actor: Principal) -> None:
+        """A named topic (other than a retry topic, checked per dead letter) exists, accepts
+        messages, and the actor's role may produce: a resend never creates a topic, and the
+        support role resends only along the dead letter's own routes."""
+        if self.kind != "named" or topics.is_retry_topic(self.topic or ""):
+            return
+        if not actor.can(Permission.MESSAGING):
+            raise ForbiddenError(f"{actor.name} ({actor.role}) may resend a dead letter to its group or its "
+                                 f"original topic only: sending it to {self.topic} needs the operator or admin role")
+        config = store.metadata.topic(self.topic or "")
+        if config is None:
+            raise NotFoundError(f"no topic {self.topic}: a dead letter is resent to an existing topic only "
+                                "(create the topic first)")
+        if not config.writable:
+            raise InvalidRequestError(f"topic {self.topic} does not accept messages (permission {config.perm})")
+
     def topic_for(self, store: MessageStore, group: str, dead: StoredMessage) -> str:
         origin = origin_topic(dead)
         if origin is None:
@@ -72,6 +88,10 @@ class Destination:
             return origin
         if self.kind == "named":
             assert self.topic is not None
+            own = (topics.retry_topic(group), topics.pop_retry_topic(group, origin))
+            if topics.is_retry_topic(self.topic) and self.topic not in own:
+                raise InvalidRequestError(f"{self.topic} is not a retry topic of group {group}: its dead letters go "
+                                          f"only to a retry topic of group {group} ({' or '.join(own)})")
             return self.topic
         return group_route(store, group, origin)
 
@@ -246,6 +266,7 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
             raise ForbiddenError(f"{actor.name} ({actor.role}) may not edit a message before resending it: it "
                                  "needs the operator or admin role")
     where = Destination.parse(destination)
+    where.check_allowed(store, actor)
     reason = audit.checked_reason(reason)
     if force and not reason:
         raise InvalidRequestError("say why (reason) to resend a dead letter that was resent already")
