@@ -82,7 +82,8 @@ def _resolve(request: Request, ask_db: bool = True) -> Principal:
         principal = _lookup(request, "t:" + token,
                             lambda: accounts.token_principal(app_state.sessions, app_state.clock, token), ask_db)
         if principal is None:
-            raise AuthenticationError("the API token is unknown, revoked or expired")
+            raise AuthenticationError("the API token is unknown, revoked or expired, or the user who made it "
+                                      "is disabled")
         return principal
     session_id = request.session.get(SESSION_KEY) if "session" in request.scope else None
     if session_id:

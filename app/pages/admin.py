@@ -10,6 +10,7 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import RedirectResponse
 
 from app.deps import ClockDep, SessionsDep
+from app.headers import NO_STORE
 from app.pages import RendererDep
 from app.pages.params import optional_int
 from app.roles import ROLE_NAMES
@@ -56,7 +57,8 @@ def create_token(request: Request, sessions: SessionsDep, clock: ClockDep, rende
     token, value = accounts.create_token(sessions, clock, name, role, actor=actor,
                                          expires_at_ms=clock.now_ms() + days * DAY_MS if days else None)
     return renderer.page(request, "admin/admin.html", {**_page_data(sessions),
-                                                      "new_token": {"name": token.name, "value": value}})
+                                                      "new_token": {"name": token.name, "value": value}},
+                         headers={"Cache-Control": NO_STORE})  # the value is shown this once
 
 
 @router.post("/admin/tokens/{token_id}/revoke")

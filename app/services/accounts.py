@@ -275,7 +275,8 @@ def list_tokens(sessions: sessionmaker[Session]) -> list[TokenView]:
 
 
 def token_principal(sessions: sessionmaker[Session], clock: Clock, value: str) -> Principal | None:
-    """The token's name and role, while it is neither revoked nor expired."""
+    """The token's name and role, while it is neither revoked nor expired and its maker's account
+    is not disabled."""
     if not isinstance(value, str) or not 8 <= len(value) <= 256:
         return None
     now = clock.now_ms()
@@ -285,7 +286,28 @@ def token_principal(sessions: sessionmaker[Session], clock: Clock, value: str) -
             return None
         if token.expires_at_ms is not None and token.expires_at_ms <= now:
             return None
+        if _made_by_disabled_user(s, token.created_by):
+            return None
         return Principal(token.name, Role(token.role), "token")
+
+
+MAX_MAKER_CHAIN = 16
+
+
+def _made_by_disabled_user(s: Session, maker: str) -> bool:
+    """A disabled user made the token, directly or through tokens made with its tokens: the
+    user's tokens stop with the user (and work again when the user is enabled again)."""
+    seen: set[str] = set()
+    while maker not in seen and len(seen) < MAX_MAKER_CHAIN:
+        seen.add(maker)
+        disabled = s.scalars(select(User.disabled).where(User.name == maker)).first()
+        if disabled is not None:
+            return disabled
+        parent = s.scalars(select(ApiToken.created_by).where(ApiToken.name == maker)).first()
+        if parent is None:
+            return False
+        maker = parent
+    return False
 
 
 def ensure_bootstrap_token(sessions: sessionmaker[Session], clock: Clock, value: str) -> None:
