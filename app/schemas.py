@@ -587,6 +587,8 @@ class TokenOut(BaseModel):
     created_by: str
     expires_at_ms: int | None
     revoked_at_ms: int | None
+    topics: list[str] | None = Field(None, description="A client token's topics (null: any).")
+    groups: list[str] | None = Field(None, description="A client token's consumer groups (null: any).")
 
 
 class TokensResponse(BaseModel):
@@ -601,6 +603,10 @@ class TokenCreate(Strict):
     role: RoleName
     expires_at_ms: StrictInt | None = Field(None, ge=0, le=MAX_SQL_INTEGER, description="Epoch ms; none: never "
                                             "expires.")
+    topics: list[TopicField] | None = Field(None, max_length=100, description="A client token only: the topics it "
+                                            "may produce to and receive (and their retries); default: any.")
+    groups: list[GroupField] | None = Field(None, max_length=100, description="A client token only: the consumer "
+                                            "groups it may receive, ack and nack as; default: any.")
 
 
 class TokenCreated(BaseModel):

@@ -151,6 +151,7 @@ async def _body_policy(request: Request, reader: Reader) -> Callable[[StoredMess
 # Whether the caller sees a message's body (else it is masked): by role, or a recent audited reveal.
 BodyPolicy = Annotated[Callable[[StoredMessage], bool], Depends(_body_policy)]
 MESSAGING = require(Permission.MESSAGING)
+Messenger = Annotated[Principal, MESSAGING]  # produce and consume (a client token within its scope)
 
 
 class SessionCookieMiddleware:

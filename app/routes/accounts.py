@@ -61,9 +61,9 @@ def create_token(body: TokenCreate, response: Response, sessions: SessionsDep, c
                  actor: Admin) -> TokenCreated:
     """A new API token for a script, sent as `Authorization: Bearer <value>`. Its value is in
     this answer only; the server keeps just its hash. The token's name is the actor recorded
-    for what it does."""
+    for what it does. A client token may be limited to some `topics` and `groups`."""
     token, value = accounts.create_token(sessions, clock, body.name, body.role, actor=actor,
-                                         expires_at_ms=body.expires_at_ms)
+                                         expires_at_ms=body.expires_at_ms, topics=body.topics, groups=body.groups)
     response.headers["Cache-Control"] = NO_STORE
     return TokenCreated(token=TokenOut(**asdict(token)), value=value)
 
