@@ -64,3 +64,13 @@ async def test_only_the_dead_letters_own_group_retry_topic(api):
     own = topics.retry_topic(GROUP)
     r = await api.client.post(BULK, json={"message_ids": [dead_id], "destination": {"topic": own}}, headers=support)
     assert r.status_code == 200 and r.json()["results"][0]["destination"] == own
+
+
+async def test_the_inbox_offers_another_topic_only_to_roles_that_may_write_one(api):
+    await dead_letter(api)
+    page = f"/groups/{GROUP}/dead-letters"
+    support = await api.client.get(page, headers={"Accept": "text/html", **bearer(await token(api, "support"))})
+    assert support.status_code == 200 and "Resend to" in support.text
+    assert 'value="named"' not in support.text and 'name="topic"' not in support.text
+    operator = await api.client.get(page, headers={"Accept": "text/html", **bearer(await token(api, "operator"))})
+    assert 'value="named"' in operator.text and 'name="topic"' in operator.text
