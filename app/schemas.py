@@ -543,6 +543,8 @@ class MeResponse(BaseModel):
     role: RoleName | None = Field(description="null: anonymous without the viewer role.")
     kind: Literal["user", "token", "anonymous", "system"]
     permissions: list[str]
+    topics: list[str] | None = Field(None, description="A client token's topics (null: any).")
+    groups: list[str] | None = Field(None, description="A client token's consumer groups (null: any).")
 
 
 class UserOut(BaseModel):

@@ -38,6 +38,8 @@ async def test_a_scoped_client_token_uses_its_topics_and_groups_only(api):
     assert r.status_code == 201, r.text
     assert (r.json()["token"]["topics"], r.json()["token"]["groups"]) == (["Orders"], [GROUP])
     svc = bearer(r.json()["value"])
+    me = (await api.client.get("/api/me", headers=svc)).json()
+    assert (me["name"], me["topics"], me["groups"]) == ("billing", ["Orders"], [GROUP])
     await put_messages(api, "Payments", {"body": "not yours"})
     assert (await api.client.post("/api/topics/Orders/messages", json={"body": "o"}, headers=svc)).status_code == 200
     r = await api.client.post("/api/topics/Payments/messages", json={"body": "p"}, headers=svc)
