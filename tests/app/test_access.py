@@ -174,7 +174,8 @@ async def test_no_credentials_and_bad_tokens(data_dir, clock):
         for path in ("/healthz", "/login", "/docs", "/openapi.json", "/favicon.ico", "/static/app.css"):
             assert (await api.client.get(path)).status_code == 200, path
         me = (await api.client.get("/api/me")).json()
-        assert me == {"ok": True, "name": "anonymous", "role": None, "kind": "anonymous", "permissions": []}
+        assert me == {"ok": True, "name": "anonymous", "role": None, "kind": "anonymous", "permissions": [],
+                      "topics": None, "groups": None}
 
 
 async def test_the_anonymous_viewer_setting_lets_visitors_read_only(data_dir, clock):
