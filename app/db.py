@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -11,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 # The migrations folder sits beside the app package in the project (found from any cwd).
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 SQLITE_CACHE_KIB = 512
+PRIVATE_MODE = 0o600  # the owner reads and writes; nobody else
 
 
 def _is_sqlite(url: str) -> bool:
@@ -38,12 +42,28 @@ def _on_sqlite_connect(dbapi_connection, _record) -> None:
         cursor.close()
 
 
+def _private_sqlite_file(path: Path) -> None:
+    """The database holds password hashes, the cookie signing key and the audit log: it is made
+    readable by its owner only before SQLite opens it (SQLite gives its -wal and -shm files the
+    database's mode), and one left readable by others is tightened."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # SQLite takes an empty file as an empty database
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_MODE))
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            if stat.S_IMODE(file.stat().st_mode) & ~PRIVATE_MODE:
+                file.chmod(PRIVATE_MODE)
+        except FileNotFoundError:
+            pass
+
+
 def make_engine(url: str) -> Engine:
-    """An engine; for SQLite with WAL journaling and foreign keys enforced on every connection."""
+    """An engine; for SQLite with WAL journaling and foreign keys enforced on every connection,
+    its file private to its owner."""
     if _is_sqlite(url):
         path = _sqlite_file(url)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _private_sqlite_file(path)
         engine = create_engine(url, connect_args={"check_same_thread": False})
         event.listen(engine, "connect", _on_sqlite_connect)
         return engine

@@ -10,6 +10,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                            "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 DOCS_PATHS = frozenset({"/docs"})
+NO_STORE = "no-store"  # Cache-Control of an answer holding a secret shown once (a new token's value)
 
 
 class SecurityHeadersMiddleware:

@@ -71,6 +71,9 @@ class ApiToken(Base):
     created_by: Mapped[str] = mapped_column(String(255))
     expires_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     revoked_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # A client token's scopes, JSON lists of names: the topics and groups it may use (null: any).
+    topics: Mapped[str | None] = mapped_column(Text, nullable=True)
+    groups: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class LoginSession(Base):

@@ -66,6 +66,8 @@ class Principal:
     name: str
     role: Role | None  # None: no role at all (anonymous, not granted the viewer role)
     kind: str  # "user" | "token" | "anonymous" | "system"
+    topics: frozenset[str] | None = None  # a client token's scope: the topics it may use (None: any)
+    groups: frozenset[str] | None = None  # ... and the consumer groups (None: any)
 
     def can(self, permission: Permission) -> bool:
         return self.role is not None and grants(self.role, permission)

@@ -302,6 +302,7 @@ class OffsetUpdate(Strict):
     topic: TopicField
     queue_id: StrictInt = Field(ge=0)
     offset: StrictInt = Field(ge=0, description="The next offset the group consumes (0 to the queue's max offset).")
+    reason: Reason = None
 
 
 class OffsetResponse(BaseModel):
@@ -446,7 +447,8 @@ class ResendResultOut(BaseModel):
 
 
 class DlqResendResponse(BaseModel):
-    ok: Literal[True] = True
+    ok: bool = Field(description="Every id was resent (or, for a dry run, would be); false when some were not "
+                     "(see each result).")
     action_id: int | None = Field(description="The audit entry of the resend; null for a dry run or when none "
                                   "of the ids named a dead letter.")
     dry_run: bool
@@ -546,6 +548,8 @@ class MeResponse(BaseModel):
     role: RoleName | None = Field(description="null: anonymous without the viewer role.")
     kind: Literal["user", "token", "anonymous", "system"]
     permissions: list[str]
+    topics: list[str] | None = Field(None, description="A client token's topics (null: any).")
+    groups: list[str] | None = Field(None, description="A client token's consumer groups (null: any).")
 
 
 class UserOut(BaseModel):
@@ -590,6 +594,8 @@ class TokenOut(BaseModel):
     created_by: str
     expires_at_ms: int | None
     revoked_at_ms: int | None
+    topics: list[str] | None = Field(None, description="A client token's topics (null: any).")
+    groups: list[str] | None = Field(None, description="A client token's consumer groups (null: any).")
 
 
 class TokensResponse(BaseModel):
@@ -604,6 +610,10 @@ class TokenCreate(Strict):
     role: RoleName
     expires_at_ms: StrictInt | None = Field(None, ge=0, le=MAX_SQL_INTEGER, description="Epoch ms; none: never "
                                             "expires.")
+    topics: list[TopicField] | None = Field(None, max_length=100, description="A client token only: the topics it "
+                                            "may produce to and receive (and their retries); default: any.")
+    groups: list[GroupField] | None = Field(None, max_length=100, description="A client token only: the consumer "
+                                            "groups it may receive, ack and nack as; default: any.")
 
 
 class TokenCreated(BaseModel):

@@ -83,7 +83,8 @@ def _resolve(request: Request, ask_db: bool = True) -> Principal:
         principal = _lookup(request, "t:" + token,
                             lambda: accounts.token_principal(app_state.sessions, app_state.clock, token), ask_db)
         if principal is None:
-            raise AuthenticationError("the API token is unknown, revoked or expired")
+            raise AuthenticationError("the API token is unknown, revoked or expired, or the user who made it "
+                                      "is disabled")
         return principal
     session_id = request.session.get(SESSION_KEY) if "session" in request.scope else None
     if session_id:
@@ -159,6 +160,7 @@ async def _body_mask(request: Request, reader: Reader) -> BodyMask:
 # What of the message bodies in an answer the caller sees: by role, or a recent audited reveal (app.masking).
 Masking = Annotated[BodyMask, Depends(_body_mask)]
 MESSAGING = require(Permission.MESSAGING)
+Messenger = Annotated[Principal, MESSAGING]  # produce and consume (a client token within its scope)
 
 
 class SessionCookieMiddleware:

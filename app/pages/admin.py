@@ -10,6 +10,7 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import RedirectResponse
 
 from app.deps import ClockDep, SessionsDep
+from app.headers import NO_STORE
 from app.pages import RendererDep
 from app.pages.params import optional_int
 from app.roles import ROLE_NAMES
@@ -18,6 +19,13 @@ from app.services import accounts
 
 router = APIRouter(include_in_schema=False)
 DAY_MS = 86_400_000
+SCOPE_TEXT_MAX = 13_000  # 100 names of 127 bytes, with separators
+
+
+def _name_list(text: str | None) -> list[str] | None:
+    """Names typed apart by spaces or commas; none typed: no limit."""
+    names = (text or "").replace(",", " ").split()
+    return names or None
 
 
 def _page_data(sessions) -> dict:
@@ -51,12 +59,16 @@ def update_user(name: Annotated[str, Path(max_length=64)], request: Request, ses
 @router.post("/admin/tokens")
 def create_token(request: Request, sessions: SessionsDep, clock: ClockDep, renderer: RendererDep, actor: Admin,
                  name: Annotated[str, Form(max_length=64)], role: Annotated[str, Form(max_length=16)],
-                 expires_in_days: Annotated[str | None, Form(max_length=6)] = None):
+                 expires_in_days: Annotated[str | None, Form(max_length=6)] = None,
+                 topics: Annotated[str | None, Form(max_length=SCOPE_TEXT_MAX)] = None,
+                 groups: Annotated[str | None, Form(max_length=SCOPE_TEXT_MAX)] = None):
     days = optional_int(expires_in_days, "Expires in days", low=1, high=3650)
     token, value = accounts.create_token(sessions, clock, name, role, actor=actor,
-                                         expires_at_ms=clock.now_ms() + days * DAY_MS if days else None)
+                                         expires_at_ms=clock.now_ms() + days * DAY_MS if days else None,
+                                         topics=_name_list(topics), groups=_name_list(groups))
     return renderer.page(request, "admin/admin.html", {**_page_data(sessions),
-                                                      "new_token": {"name": token.name, "value": value}})
+                                                      "new_token": {"name": token.name, "value": value}},
+                         headers={"Cache-Control": NO_STORE})  # the value is shown this once
 
 
 @router.post("/admin/tokens/{token_id}/revoke")

@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Form, Request
 
 from app.deps import ClockDep, SessionsDep, StoreDep
+from app.errors import status_for
 from app.pages import RendererDep
 from app.pages.params import as_form_time, optional_int, optional_time_ms
 from app.roles import Permission
@@ -194,9 +195,11 @@ def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: Cloc
         return _already_resent(request, renderer, asked, exc)
     ok = [r for r in done.results if r.status == "ok"]
     data = {"nav": "dead_letters", "group": group, "results": done.results, "action_id": done.action_id,
-            "replayed": done.replayed, "back_url": back,
+            "replayed": done.replayed, "back_url": back, "ok": done.all_done,
             "sentence": _sentence(len(ok), group, chosen, {r.destination for r in ok if r.destination})}
-    return renderer.page(request, "dead_letters/resent.html", data)
+    refusal = done.nothing_resent()
+    return renderer.page(request, "dead_letters/resent.html", data,
+                         status=200 if refusal is None else status_for(refusal))
 
 
 def _already_resent(request: Request, renderer, asked: dict, exc: resend_service.AlreadyResentError):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.deps import ClockDep, SessionsDep
+from app.headers import NO_STORE
 from app.routes import error_responses
 from app.schemas import (
     TokenCreate,
@@ -56,12 +57,14 @@ def list_tokens(sessions: SessionsDep, _: Admin) -> TokensResponse:
 
 
 @router.post("/api/tokens", response_model=TokenCreated, status_code=201, responses=error_responses(400, 409, 422))
-def create_token(body: TokenCreate, sessions: SessionsDep, clock: ClockDep, actor: Admin) -> TokenCreated:
+def create_token(body: TokenCreate, response: Response, sessions: SessionsDep, clock: ClockDep,
+                 actor: Admin) -> TokenCreated:
     """A new API token for a script, sent as `Authorization: Bearer <value>`. Its value is in
     this answer only; the server keeps just its hash. The token's name is the actor recorded
-    for what it does."""
+    for what it does. A client token may be limited to some `topics` and `groups`."""
     token, value = accounts.create_token(sessions, clock, body.name, body.role, actor=actor,
-                                         expires_at_ms=body.expires_at_ms)
+                                         expires_at_ms=body.expires_at_ms, topics=body.topics, groups=body.groups)
+    response.headers["Cache-Control"] = NO_STORE
     return TokenCreated(token=TokenOut(**asdict(token)), value=value)
 
 

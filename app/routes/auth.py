@@ -90,8 +90,13 @@ async def logout(request: Request, sessions: SessionsDep) -> Response:
 @router.get("/api/me", response_model=MeResponse)
 async def me(request: Request) -> MeResponse:
     """Who the credentials of this request belong to, with their role and permissions (anonymous
-    without credentials; a bad token is a 401)."""
+    without credentials; a bad token is a 401), and a client token's topics and groups."""
     principal = await current_principal(request)
     permissions = sorted(p.value for p in GRANTS[principal.role]) if principal.role else []
     return MeResponse(name=principal.name, role=principal.role.value if principal.role else None,
-                      kind=principal.kind, permissions=permissions)
+                      kind=principal.kind, permissions=permissions, topics=_sorted(principal.topics),
+                      groups=_sorted(principal.groups))
+
+
+def _sorted(names: frozenset[str] | None) -> list[str] | None:
+    return None if names is None else sorted(names)

@@ -7,8 +7,8 @@ from fastapi import APIRouter, Request, Response
 from app.params import TopicPath
 from app.routes import error_responses, link, with_links
 from app.schemas import ProduceBody, ProduceMessage, ProduceResponse, PutResultOut
-from app.security import MESSAGING
-from app.services import messages
+from app.security import Messenger
+from app.services import client_scope, messages
 from app.services.messages import MessageInput
 
 router = APIRouter(tags=["messages"])
@@ -30,16 +30,18 @@ PRODUCED_LINKS = {
 }
 
 
-@router.post("/api/topics/{topic}/messages", response_model=ProduceResponse, dependencies=[MESSAGING],
+@router.post("/api/topics/{topic}/messages", response_model=ProduceResponse,
              responses=with_links(error_responses(400, 403, 413, 422, 429, 507), 200, **PRODUCED_LINKS))
-async def produce(topic: TopicPath, body: ProduceBody, request: Request) -> Response:
+async def produce(topic: TopicPath, body: ProduceBody, request: Request, actor: Messenger) -> Response:
     """Put one message (a JSON object) or up to 1000 (a JSON list), all or none.
 
     The answer is always a list of results, in request order. A message with a delay level is
     stored in SCHEDULE_TOPIC_XXXX until it is due (its result names that topic). Sending to a
-    system topic (retry, dead-letter, schedule, trace, rmq_sys_*) is refused with 403. When too
+    system topic (retry, dead-letter, schedule, trace, rmq_sys_*) is refused with 403, and so is
+    a topic outside a client token's scope. When too
     many puts are in progress the answer is 429 with a Retry-After header, and when the disk is full
     507 with one. The bodies of a batch take at most 4 MiB together (413 beyond; configurable)."""
+    client_scope.check_topic(actor, topic)
     items = [body] if isinstance(body, ProduceMessage) else body
     inputs = [MessageInput(**item.model_dump()) for item in items]
     batch = messages.new_messages(topic, inputs, request.app.state.settings.max_batch_bytes)

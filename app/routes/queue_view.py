@@ -7,13 +7,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from app.deps import StoreDep
+from app.deps import ClockDep, SessionsDep, StoreDep
 from app.params import ConsumerGroupPath, GroupQuery, TopicPath
 from app.presenters import message_dict
 from app.routes import error_responses
 from app.schemas import OffsetResponse, OffsetUpdate, QueueMessagesResponse
-from app.security import MESSAGING, READ, Masking
-from app.services import queue_view
+from app.security import READ, Configurer, Masking
+from app.services import offset_reset, queue_view
 from store.broker.pull import MAX_PULL_MESSAGES
 
 router = APIRouter(tags=["consuming"])
@@ -39,11 +39,15 @@ def read_queue(
                  "messages": [message_dict(m) for m in window.messages]})
 
 
-@router.put("/api/groups/{group}/offsets", response_model=OffsetResponse, dependencies=[MESSAGING],
-            responses=error_responses(400, 404, 422))
-def commit_offset(group: ConsumerGroupPath, body: OffsetUpdate, store: StoreDep) -> OffsetResponse:
-    """Set the next offset the group consumes from one queue (0 to the queue's max offset): a
-    pull consumer's commit, or an operator's reset. Pop-style receive keeps its own position and
-    moves this offset as messages are acknowledged."""
-    committed = queue_view.commit_offset(store, group, body.topic, body.queue_id, body.offset)
-    return OffsetResponse.model_validate(committed, from_attributes=True)
+@router.put("/api/groups/{group}/offsets", response_model=OffsetResponse,
+            responses=error_responses(400, 403, 404, 422))
+def commit_offset(group: ConsumerGroupPath, body: OffsetUpdate, store: StoreDep, sessions: SessionsDep,
+                  clock: ClockDep, actor: Configurer) -> OffsetResponse:
+    """Set the next offset the group consumes from one queue (0 to the queue's max offset):
+    the offset reset of one queue (`POST .../offsets/reset` with `{"offset": n}` and `queue_id`),
+    so it needs the operator role, is audited, and pull consumers and receives (pop) both go on
+    from there. Consumers that receive move the offset themselves as they acknowledge."""
+    row = offset_reset.set_queue_offset(store, sessions, clock, group, body.topic, body.queue_id, body.offset,
+                                        actor=actor, reason=body.reason)
+    return OffsetResponse(group=group, topic=body.topic, queue_id=row.queue_id, offset=row.after,
+                          previous=row.before)

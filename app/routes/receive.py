@@ -23,7 +23,8 @@ from app.schemas import (
     ReceiveRequest,
     ReceiveResponse,
 )
-from app.security import MESSAGING
+from app.security import MESSAGING, Messenger
+from app.services import client_scope
 from app.services import receive as service
 
 router = APIRouter(tags=["consuming"], dependencies=[MESSAGING])
@@ -42,14 +43,17 @@ RECEIVED_LINKS = {
 @router.post("/api/groups/{group}/receive", response_model=ReceiveResponse,
              responses=with_links(error_responses(400, 422, 429), 200, **RECEIVED_LINKS))
 async def receive(group: ConsumerGroupPath, body: ReceiveRequest, store: StoreDep, gate: ReceiveGateDep,
-                  threads: ReceiveThreadsDep) -> dict:
+                  threads: ReceiveThreadsDep, actor: Messenger) -> dict:
     """Up to `max` messages of the topic not yet handed out to the group, taken fairly from its
     queues. Each stays invisible to the group for `invisible_ms`; ack it with its receipt handle
     before then, or it is delivered again (attempt + 1) after the retry backoff. With `wait_ms`
     the request waits that long for messages when there are none (long polling).
 
     Dead-letter topics, SCHEDULE_TOPIC_XXXX and topics without read permission are refused (400).
-    When too many receives are in progress the answer is 429 with a Retry-After header."""
+    When too many receives are in progress the answer is 429 with a Retry-After header. A client
+    token receives the topics and groups of its scope and its group's retry topics only (403:
+    never the trace topic or another group's retry topic)."""
+    client_scope.check_receive(actor, store, group, body.topic)
     call = partial(service.receive, store, group, body.topic, body.max, body.invisible_ms,
                    body.wait_ms, body.tags)
     with gate.slot():
@@ -59,13 +63,14 @@ async def receive(group: ConsumerGroupPath, body: ReceiveRequest, store: StoreDe
 
 @router.post("/api/groups/{group}/ack", response_model=AckResponse, response_model_exclude_none=True,
              responses=error_responses(400, 422))
-def ack(group: ConsumerGroupPath, body: AckRequest, store: StoreDep) -> AckResponse:
+def ack(group: ConsumerGroupPath, body: AckRequest, store: StoreDep, actor: Messenger) -> AckResponse:
     """Acknowledge received messages: the message is done for the group.
 
     `{"receipt_handle": h}` acknowledges one; a handle that is malformed, unknown, stale (a newer
     one replaced it), expired or already used is refused with 400. `{"receipt_handles": [...]}`
     acknowledges each on its own and answers a result per handle, in order (200 even when some
     are refused)."""
+    client_scope.check_group(actor, group)
     if body.receipt_handle is not None:
         service.ack(store, group, body.receipt_handle)
         return AckResponse()
@@ -76,18 +81,20 @@ def ack(group: ConsumerGroupPath, body: AckRequest, store: StoreDep) -> AckRespo
 
 
 @router.post("/api/groups/{group}/nack", response_model=OkResponse, responses=error_responses(400, 422))
-def nack(group: ConsumerGroupPath, body: NackRequest, store: StoreDep) -> OkResponse:
+def nack(group: ConsumerGroupPath, body: NackRequest, store: StoreDep, actor: Messenger) -> OkResponse:
     """Report that the consumer failed the message: it is delivered again after the retry
     backoff, or moved to %DLQ%group once the group's max_reconsume_times is used up."""
+    client_scope.check_group(actor, group)
     service.nack(store, group, body.receipt_handle, body.reason)
     return OkResponse()
 
 
 @router.post("/api/groups/{group}/change-invisible", response_model=ChangeInvisibleResponse,
              responses=error_responses(400, 422))
-def change_invisible(group: ConsumerGroupPath, body: ChangeInvisibleRequest,
-                     store: StoreDep) -> ChangeInvisibleResponse:
+def change_invisible(group: ConsumerGroupPath, body: ChangeInvisibleRequest, store: StoreDep,
+                     actor: Messenger) -> ChangeInvisibleResponse:
     """Keep the message invisible for `invisible_ms` from now (same delivery attempt). The answer
     holds a new receipt handle; the old one is refused from then on."""
+    client_scope.check_group(actor, group)
     handle = service.change_invisible(store, group, body.receipt_handle, body.invisible_ms)
     return ChangeInvisibleResponse(receipt_handle=handle)

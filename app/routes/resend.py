@@ -8,8 +8,11 @@ from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse, Response
 
 from app.deps import ClockDep, SessionsDep, StoreDep
+from app.errors import status_for
 from app.params import GroupPath, OffsetMsgIdPath
 from app.routes import error_responses
 from app.schemas import (
@@ -49,7 +52,7 @@ def resend_one(offset_msg_id: OffsetMsgIdPath, request: Request, store: StoreDep
     done = service.resend(store, sessions, clock, None, [dead.offset_msg_id], actor=actor,
                           destination=_destination(body.destination), reason=body.reason, force=body.force,
                           idempotency_key=idempotency_key, limit=request.app.state.settings.resend_limit)
-    [result] = [r for r in done.results if r.dead_letter_id == dead.offset_msg_id] or [None]
+    [result] = [r for r in done.results if r.message_id == dead.offset_msg_id] or [None]
     if result is None or result.new_offset_msg_id is None:
         error = result.error if result is not None else "no copy was made"
         if result is not None and result.status == service.FAILED:
@@ -65,17 +68,26 @@ def resend_one(offset_msg_id: OffsetMsgIdPath, request: Request, store: StoreDep
 @router.post("/api/dlq/{group}/resend", response_model=DlqResendResponse,
              responses=error_responses(400, 404, 409, 422, 429))
 def resend_many(group: GroupPath, body: DlqResendRequest, request: Request, store: StoreDep, sessions: SessionsDep,
-                clock: ClockDep, actor: Resender, idempotency_key: IdempotencyKey = None) -> DlqResendResponse:
+                clock: ClockDep, actor: Resender, idempotency_key: IdempotencyKey = None) -> Response:
     """Resend dead letters of a group, named by offset message id or unique key. A result per
     id, in order: ok (with the new copy's id), failed or not_found (with why), or would_resend
-    for a dry run. Dead letters resent already are refused with 409 unless `force` with a reason.
+    for a dry run. `ok` is true only when every id was resent; a request that resent none answers
+    404 when no id named a dead letter, else 400, with the same results (and `error`, `status`).
+    Dead letters resent already are refused with 409 unless `force` with a reason.
     The support role may resend up to the per-action limit (setting resend_limit) at once."""
     done = service.resend(store, sessions, clock, group, body.message_ids, actor=actor,
                           destination=_destination(body.destination), dry_run=body.dry_run, reason=body.reason,
                           force=body.force, idempotency_key=idempotency_key,
                           limit=request.app.state.settings.resend_limit, edit=_edit(body.edit))
-    return DlqResendResponse(action_id=done.action_id, dry_run=body.dry_run, replayed=done.replayed,
-                             results=[ResendResultOut(**asdict(r)) for r in done.results], edit=done.diff)
+    answer = DlqResendResponse(ok=done.all_done, action_id=done.action_id, dry_run=body.dry_run,
+                               replayed=done.replayed, results=[ResendResultOut(**asdict(r)) for r in done.results],
+                               edit=done.diff)
+    refusal = done.nothing_resent()
+    if refusal is None:
+        return answer
+    status = status_for(refusal)  # the error's shape, with each id's result
+    return JSONResponse(jsonable_encoder({**answer.model_dump(), "error": str(refusal), "status": status}),
+                        status_code=status)
 
 
 def _edit(edit: ResendEdit | None) -> service.Edit | None:

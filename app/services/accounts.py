@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from argon2 import PasswordHasher
@@ -22,7 +24,9 @@ from app.models import ApiToken, LoginSession, ServerSecret, User
 from app.roles import SYSTEM, Principal, Role, parse_role
 from app.services import audit
 from app.services.errors import ConflictError, InvalidRequestError, NotFoundError
+from store.broker.metadata import consuming_group
 from store.clock import Clock
+from store.format import topics as topic_rules
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 MIN_PASSWORD = 10
@@ -90,6 +94,8 @@ class TokenView:
     created_by: str
     expires_at_ms: int | None
     revoked_at_ms: int | None
+    topics: list[str] | None = None  # a client token's scopes (None: any)
+    groups: list[str] | None = None
 
 
 def _user_view(user: User) -> UserView:
@@ -98,7 +104,29 @@ def _user_view(user: User) -> UserView:
 
 def _token_view(token: ApiToken) -> TokenView:
     return TokenView(token.id, token.name, token.role, token.created_at_ms, token.created_by, token.expires_at_ms,
-                     token.revoked_at_ms)
+                     token.revoked_at_ms, _names(token.topics), _names(token.groups))
+
+
+def _names(stored: str | None) -> list[str] | None:
+    return None if stored is None else json.loads(stored)
+
+
+MAX_SCOPE_NAMES = 100
+
+
+def checked_scope(names: list[str] | None, role: Role, what: str, check: Callable[[str], object]) -> str | None:
+    """A client token's list of topics or groups, as stored (JSON), or None for any."""
+    if names is None:
+        return None
+    if role is not Role.CLIENT:
+        raise InvalidRequestError(f"{what} limit client tokens only: a {role.value} token uses every {what[:-1]}")
+    wanted = list(dict.fromkeys(names))
+    if not 1 <= len(wanted) <= MAX_SCOPE_NAMES:
+        raise InvalidRequestError(f"name at least one and at most {MAX_SCOPE_NAMES} {what} (or leave {what} out: "
+                                  "any)")
+    for name in wanted:
+        check(name)
+    return json.dumps(wanted)
 
 
 # -- users -------------------------------------------------------------------------------------
@@ -236,9 +264,13 @@ def end_session(sessions: sessionmaker[Session], session_id: str) -> None:
 
 # -- API tokens --------------------------------------------------------------------------------
 def create_token(sessions: sessionmaker[Session], clock: Clock, name: str, role: str | Role, *, actor: Principal,
-                 expires_at_ms: int | None = None) -> tuple[TokenView, str]:
-    """A new token; returns it with its value, which is shown this once and never again."""
+                 expires_at_ms: int | None = None, topics: list[str] | None = None,
+                 groups: list[str] | None = None) -> tuple[TokenView, str]:
+    """A new token; returns it with its value, which is shown this once and never again. A client
+    token may be limited to some topics and consumer groups."""
     name, role = checked_name(name, "token name"), _role(role)
+    topic_scope = checked_scope(topics, role, "topics", topic_rules.validate_topic)
+    group_scope = checked_scope(groups, role, "groups", consuming_group)
     now = clock.now_ms()
     if expires_at_ms is not None and expires_at_ms <= now:
         raise InvalidRequestError("a token's expiry must be in the future")
@@ -246,11 +278,13 @@ def create_token(sessions: sessionmaker[Session], clock: Clock, name: str, role:
     try:
         with sessions.begin() as s:
             token = ApiToken(name=name, token_sha256=_sha256(value), role=role.value, created_at_ms=now,
-                             created_by=actor.name, expires_at_ms=expires_at_ms)
+                             created_by=actor.name, expires_at_ms=expires_at_ms, topics=topic_scope,
+                             groups=group_scope)
             s.add(token)
             s.flush()
             audit.record(s, clock, actor=actor, action=CREATE_TOKEN, target=f"token:{name}",
-                         detail={"after": {"role": role.value, "expires_at_ms": expires_at_ms}})
+                         detail={"after": {"role": role.value, "expires_at_ms": expires_at_ms,
+                                           "topics": _names(topic_scope), "groups": _names(group_scope)}})
             view = _token_view(token)
     except IntegrityError:
         raise ConflictError(f"a token named {name} exists already") from None
@@ -275,7 +309,8 @@ def list_tokens(sessions: sessionmaker[Session]) -> list[TokenView]:
 
 
 def token_principal(sessions: sessionmaker[Session], clock: Clock, value: str) -> Principal | None:
-    """The token's name and role, while it is neither revoked nor expired."""
+    """The token's name and role, while it is neither revoked nor expired and its maker's account
+    is not disabled."""
     if not isinstance(value, str) or not 8 <= len(value) <= 256:
         return None
     now = clock.now_ms()
@@ -285,7 +320,32 @@ def token_principal(sessions: sessionmaker[Session], clock: Clock, value: str) -
             return None
         if token.expires_at_ms is not None and token.expires_at_ms <= now:
             return None
-        return Principal(token.name, Role(token.role), "token")
+        if _made_by_disabled_user(s, token.created_by):
+            return None
+        return Principal(token.name, Role(token.role), "token", _scope(token.topics), _scope(token.groups))
+
+
+def _scope(stored: str | None) -> frozenset[str] | None:
+    return None if stored is None else frozenset(json.loads(stored))
+
+
+MAX_MAKER_CHAIN = 16
+
+
+def _made_by_disabled_user(s: Session, maker: str) -> bool:
+    """A disabled user made the token, directly or through tokens made with its tokens: the
+    user's tokens stop with the user (and work again when the user is enabled again)."""
+    seen: set[str] = set()
+    while maker not in seen and len(seen) < MAX_MAKER_CHAIN:
+        seen.add(maker)
+        disabled = s.scalars(select(User.disabled).where(User.name == maker)).first()
+        if disabled is not None:
+            return disabled
+        parent = s.scalars(select(ApiToken.created_by).where(ApiToken.name == maker)).first()
+        if parent is None:
+            return False
+        maker = parent
+    return False
 
 
 def ensure_bootstrap_token(sessions: sessionmaker[Session], clock: Clock, value: str) -> None:

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.models import AuditEntry
 from app.roles import Principal
-from app.services import audit
+from app.services import audit, queue_view
 from app.services.errors import InvalidRequestError, NotFoundError
 from store.clock import Clock
 from store.format import topics
@@ -82,6 +82,20 @@ def reset(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, gr
                   intent=lambda s, _: {"topic": topic, "queues": [asdict(row) for row in rows]}, act=act,
                   reason=reason, idempotency_key=idempotency_key)
     return rows
+
+
+def set_queue_offset(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, group: str, topic: str,
+                     queue_id: int, offset: int, *, actor: Principal, reason: str | None = None) -> QueueReset:
+    """The reset of one queue to an exact offset (PUT .../offsets): the same audited action, but
+    an offset beyond the queue's end is refused rather than clamped."""
+    store.metadata.group(group)  # checks the name
+    queue_view.existing_queue(store, topic, queue_id)
+    [row] = plan(store, group, topic, {"offset": offset}, queue_id)
+    if offset > row.max_offset:
+        raise InvalidRequestError(f"offset {offset} is outside queue {topic}:{queue_id} [0, {row.max_offset}]")
+    [row] = reset(store, sessions, clock, group, topic, {"offset": offset}, actor=actor, queue_id=queue_id,
+                  reason=reason)
+    return row
 
 
 def reconcile_resets(store: MessageStore, sessions: sessionmaker[Session]) -> list[str]:

@@ -1,5 +1,4 @@
-"""Reading one queue by offset (a pull consumer's view, recording no delivery) and committing a
-group's consumer offset."""
+"""Reading one queue by offset (a pull consumer's view, recording no delivery)."""
 
 from __future__ import annotations
 
@@ -21,15 +20,6 @@ class QueueWindow:
     min_offset: int
     max_offset: int
     messages: list[StoredMessage]
-
-
-@dataclass(frozen=True)
-class CommittedOffset:
-    group: str
-    topic: str
-    queue_id: int
-    offset: int
-    previous: int | None
 
 
 def existing_queue(store: MessageStore, topic: str, queue_id: int) -> TopicConfig:
@@ -58,12 +48,3 @@ def read_queue(store: MessageStore, topic: str, queue_id: int, offset: int | Non
     start = min(max(offset or 0, result.min_offset), result.max_offset)
     return QueueWindow(topic, queue_id, start, result.next_offset, result.min_offset, result.max_offset,
                        result.messages)
-
-
-def commit_offset(store: MessageStore, group: str, topic: str, queue_id: int, offset: int) -> CommittedOffset:
-    """Set where `group` goes on consuming the queue (a pull consumer's commit, or an operator's reset)."""
-    store.metadata.group(group)  # checks the name
-    existing_queue(store, topic, queue_id)
-    previous = store.offsets.get(topic, group, queue_id)
-    store.commit_offset(group, topic, queue_id, offset)
-    return CommittedOffset(group, topic, queue_id, offset, previous)

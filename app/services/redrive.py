@@ -155,6 +155,7 @@ def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Cloc
     if not 0 < max_dead_share <= 1:
         raise InvalidRequestError("max_dead_share is above 0 and at most 1")
     where = Destination.parse(destination)
+    where.check_allowed(store, actor)
     matched = dead_letters.matching_ids(store, sessions, clock, cache, group, wanted, at_most=MAX_ITEMS)
     if len(matched) > MAX_ITEMS:
         raise InvalidRequestError(f"more than {MAX_ITEMS} dead letters match: a job takes at most {MAX_ITEMS}; "

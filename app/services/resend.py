@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.models import AuditEntry, ResendItem
 from app.roles import Permission, Principal
 from app.services import audit, lookup
-from app.services.errors import ConflictError, ForbiddenError, InvalidRequestError, NotFoundError
+from app.services.errors import ConflictError, ForbiddenError, InvalidRequestError, NotFoundError, ServiceError
 from app.services.messages import RESERVED_PROPERTIES
 from store.broker.record_builder import is_valid_key
 from store.broker.retry import origin_topic
@@ -64,6 +64,22 @@ class Destination:
     def as_json(self) -> object:
         return {"topic": self.topic} if self.kind == "named" else self.kind
 
+    def check_allowed(self, store: MessageStore, actor: Principal) -> None:
+        """A named topic (other than a retry topic, checked per dead letter) exists, accepts
+        messages, and the actor's role may produce: a resend never creates a topic, and the
+        support role resends only along the dead letter's own routes."""
+        if self.kind != "named" or topics.is_retry_topic(self.topic or ""):
+            return
+        if not actor.can(Permission.MESSAGING):
+            raise ForbiddenError(f"{actor.name} ({actor.role}) may resend a dead letter to its group or its "
+                                 f"original topic only: sending it to {self.topic} needs the operator or admin role")
+        config = store.metadata.topic(self.topic or "")
+        if config is None:
+            raise NotFoundError(f"no topic {self.topic}: a dead letter is resent to an existing topic only "
+                                "(create the topic first)")
+        if not config.writable:
+            raise InvalidRequestError(f"topic {self.topic} does not accept messages (permission {config.perm})")
+
     def topic_for(self, store: MessageStore, group: str, dead: StoredMessage) -> str:
         origin = origin_topic(dead)
         if origin is None:
@@ -72,6 +88,10 @@ class Destination:
             return origin
         if self.kind == "named":
             assert self.topic is not None
+            own = (topics.retry_topic(group), topics.pop_retry_topic(group, origin))
+            if topics.is_retry_topic(self.topic) and self.topic not in own:
+                raise InvalidRequestError(f"{self.topic} is not a retry topic of group {group}: its dead letters go "
+                                          f"only to a retry topic of group {group} ({' or '.join(own)})")
             return self.topic
         return group_route(store, group, origin)
 
@@ -146,10 +166,26 @@ class AlreadyResentError(ConflictError):
 
 @dataclass(frozen=True)
 class ResendOutcome:
-    action_id: int | None  # None for a dry run
+    action_id: int | None  # None for a dry run, or when nothing could be resent
     results: list[ItemResult]
     replayed: bool
     diff: dict | None = None  # an edit's changes
+    dry_run: bool = False
+
+    @property
+    def all_done(self) -> bool:
+        """Every item was resent (or replayed as resent); for a dry run, every item would be."""
+        done = "would_resend" if self.dry_run else OK
+        return bool(self.results) and all(r.status == done for r in self.results)
+
+    def nothing_resent(self) -> ServiceError | None:
+        """Why a request resent nothing (not found: no id named a dead letter), or None when it resent something
+        (or was a dry run)."""
+        if self.dry_run or any(r.status in (OK, PENDING) for r in self.results):
+            return None
+        first = next((r for r in self.results if r.status != "not_found"), self.results[0])
+        error = NotFoundError if first.status == "not_found" else InvalidRequestError
+        return error(f"nothing was resent: {first.error or first.status}")
 
 
 def group_of(dlq_topic: str) -> str:
@@ -251,6 +287,7 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
             raise ForbiddenError(f"{actor.name} ({actor.role}) may not edit a message before resending it: it "
                                  "needs the operator or admin role")
     where = Destination.parse(destination)
+    where.check_allowed(store, actor)
     reason = audit.checked_reason(reason)
     if force and not reason:
         raise InvalidRequestError("say why (reason) to resend a dead letter that was resent already")
@@ -279,7 +316,7 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
     if dry_run:
         for message_id, dead, target in chosen:
             results[message_id] = ItemResult(message_id, dead.offset_msg_id, "would_resend", target)
-        return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False, diff)
+        return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False, diff, dry_run=True)
     if not chosen:
         return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False)
 

@@ -55,7 +55,7 @@ MUTATING = [
     Endpoint("POST", "/api/groups/g1/ack", MESSAGING, {"receipt_handle": "x"}),
     Endpoint("POST", "/api/groups/g1/nack", MESSAGING, {"receipt_handle": "x"}),
     Endpoint("POST", "/api/groups/g1/change-invisible", MESSAGING, {"receipt_handle": "x", "invisible_ms": 10_000}),
-    Endpoint("PUT", "/api/groups/g1/offsets", MESSAGING, {"topic": "Orders", "queue_id": 0, "offset": 0}),
+    Endpoint("PUT", "/api/groups/g1/offsets", CONFIGURE, {"topic": "Orders", "queue_id": 0, "offset": 0}),
     Endpoint("POST", f"/api/messages/{DEAD}/resend", RESEND),
     Endpoint("POST", "/api/dlq/g1/resend", RESEND, {"message_ids": [DEAD]}),
     Endpoint("POST", "/dead-letters/resend", RESEND),
@@ -174,7 +174,8 @@ async def test_no_credentials_and_bad_tokens(data_dir, clock):
         for path in ("/healthz", "/login", "/docs", "/openapi.json", "/favicon.ico", "/static/app.css"):
             assert (await api.client.get(path)).status_code == 200, path
         me = (await api.client.get("/api/me")).json()
-        assert me == {"ok": True, "name": "anonymous", "role": None, "kind": "anonymous", "permissions": []}
+        assert me == {"ok": True, "name": "anonymous", "role": None, "kind": "anonymous", "permissions": [],
+                      "topics": None, "groups": None}
 
 
 async def test_the_anonymous_viewer_setting_lets_visitors_read_only(data_dir, clock):

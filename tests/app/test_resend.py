@@ -105,6 +105,7 @@ async def test_a_push_group_gets_it_through_its_retry_topic(api):
 @pytest.mark.parametrize(("destination", "expected"), [("topic", "Orders"), ({"topic": "Replays"}, "Replays")])
 async def test_resend_to_the_original_or_a_chosen_topic(api, destination, expected):
     put, dead_id = await dead_letter(api)
+    await api.client.put("/api/topics/Replays", json={"queues": 1})  # a resend goes to an existing topic only
     r = await api.client.post(BULK, json={"message_ids": [dead_id], "destination": destination})
     assert r.status_code == 200, r.text
     [result] = r.json()["results"]
