@@ -25,6 +25,13 @@ BROKER_GEOMETRY = StoreGeometry(commitlog_file_size=65536, cq_file_size=400, ind
 BROKER_DELAY_LEVELS = "1s 1s 2s 2s 3s 3s 4s 4s 5s 5s 6s 6s 7s 7s 8s 8s 9s 9s"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a slow test are handed out first: xdist gives each worker a whole file
+    (--dist loadfile), so a long file left for the end keeps one worker busy while the others idle."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 def _require_golden() -> Path:
     if not (GOLDEN_DIR / "manifest.json").is_file():
         pytest.skip(f"golden store not found beside the repository ({GOLDEN_DIR})")
@@ -40,14 +47,18 @@ def golden_manifest() -> dict:
     return read_golden_manifest()
 
 
-@pytest.fixture
-def golden_store_dir(tmp_path: Path) -> Path:
-    """A writable copy of the golden store directory."""
-    target = tmp_path / "golden-store"
+def copy_golden_store(target: Path) -> Path:
+    """A writable copy of the golden store directory at `target`."""
     shutil.copytree(_require_golden() / "store", target)
     for path in [target, *target.rglob("*")]:
         path.chmod(path.stat().st_mode | stat.S_IWUSR)
     return target
+
+
+@pytest.fixture
+def golden_store_dir(tmp_path: Path) -> Path:
+    """A writable copy of the golden store directory."""
+    return copy_golden_store(tmp_path / "golden-store")
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,8 @@ REPO = Path(__file__).resolve().parents[2]
 MANIFEST_FILE = BROKER_GOLDEN_DIR / "manifest.json"
 MANIFEST: dict = json.loads(MANIFEST_FILE.read_text(encoding="utf-8")) if MANIFEST_FILE.is_file() else {}
 
-pytestmark = pytest.mark.skipif(not MANIFEST, reason=f"golden broker store not found ({BROKER_GOLDEN_DIR})")
+pytestmark = [pytest.mark.skipif(not MANIFEST, reason=f"golden broker store not found ({BROKER_GOLDEN_DIR})"),
+              pytest.mark.slow]
 
 GEOMETRY_FLAGS = tuple(arg for name, value in dataclasses.asdict(BROKER_GEOMETRY).items()
                        for arg in (f"--{name.replace('_', '-')}", str(value)))

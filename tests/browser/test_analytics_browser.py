@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from playwright.sync_api import expect
 
 from tests.browser.conftest import save_screenshot
 from tests.browser.test_console_browser import dead_letter_once
+
+pytestmark = pytest.mark.slow  # runs first (tests/conftest.py)
 
 SPARK_TIMEOUT_MS = 600_000  # a Spark job on two shared cores, its start-up included
 

@@ -17,8 +17,10 @@ from pipeline.jobs import JOBS
 from pipeline.options import SourceOptions
 from pipeline.run import run_job
 from pipeline.session import job_session
-from tests.conftest import GOLDEN_GEOMETRY
+from tests.conftest import GOLDEN_GEOMETRY, copy_golden_store
 from tests.pipeline.standalone import standalone_cluster
+
+pytestmark = pytest.mark.slow  # runs first (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_SECONDS = 600
@@ -50,10 +52,17 @@ def same_output(spark, expected: Path, actual: Path) -> None:
         assert (actual / name).read_bytes() == (expected / name).read_bytes(), name
 
 
-@pytest.fixture
-def local_outputs(spark, golden_store_dir, tmp_path) -> Path:
-    root = tmp_path / "local"
-    source = SourceOptions(golden_store_dir, GOLDEN_GEOMETRY)
+@pytest.fixture(scope="module")
+def golden_store(tmp_path_factory) -> Path:
+    """One copy of the golden store for the module: the jobs only read it."""
+    return copy_golden_store(tmp_path_factory.mktemp("masters") / "golden-store")
+
+
+@pytest.fixture(scope="module")
+def local_outputs(spark, golden_store, tmp_path_factory) -> Path:
+    """Every job's output in the test's own local session, made once for both masters."""
+    root = tmp_path_factory.mktemp("local")
+    source = SourceOptions(golden_store, GOLDEN_GEOMETRY)
     for job in JOBS:
         assert run_job(job, source, root / job, lambda: job_session("local[2]")).state == "succeeded"
     return root
@@ -68,12 +77,12 @@ def check_master(spark, master: str, store: Path, local: Path, out_root: Path) -
         same_output(spark, local / job, out_root / job)
 
 
-def test_every_job_on_a_multi_process_master(spark, golden_store_dir, local_outputs, tmp_path):
-    check_master(spark, "local-cluster[2,1,1024]", golden_store_dir, local_outputs, tmp_path / "cluster")
+def test_every_job_on_a_multi_process_master(spark, golden_store, local_outputs, tmp_path):
+    check_master(spark, "local-cluster[2,1,1024]", golden_store, local_outputs, tmp_path / "cluster")
 
 
-def test_every_job_on_a_standalone_master_and_worker(spark, golden_store_dir, local_outputs, tmp_path):
+def test_every_job_on_a_standalone_master_and_worker(spark, golden_store, local_outputs, tmp_path):
     work = tmp_path / "spark"
     work.mkdir()
     with standalone_cluster(work) as master:
-        check_master(spark, master, golden_store_dir, local_outputs, tmp_path / "standalone")
+        check_master(spark, master, golden_store, local_outputs, tmp_path / "standalone")

@@ -23,6 +23,8 @@ from store.log.paths import index_name_for, is_index_name, offset_to_name
 from store.message_store import MessageStore, NewMessage, StoreConfig
 from tests.conftest import BROKER_DELAY_LEVELS, BROKER_GEOMETRY, GOLDEN_GEOMETRY, GOLDEN_GEOMETRY_FLAGS
 
+pytestmark = pytest.mark.slow  # runs first (tests/conftest.py)
+
 # Small files everywhere: several commit log segments, queues over many files, index files that
 # fill after 40 keys (records have up to four, so a record's keys often straddle two files).
 GEOMETRY = StoreGeometry(commitlog_file_size=64 * 1024, cq_file_size=20 * 16, index_slots=32, index_entries=41)

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from app.db import make_engine, session_factory
@@ -27,6 +28,8 @@ from store.format import topics
 from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage, StoreConfig
 from tests.live_server import ADMIN_HEADERS, LiveServer
+
+pytestmark = pytest.mark.slow  # runs first (tests/conftest.py)
 
 ROUNDS = 25
 DEAD_LETTERS = 1_200

@@ -19,12 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import pytest
 
 from store.broker.trace import TraceKind
 from store.format import topics
 from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, StoreConfig
 from tests.live_server import ADMIN_HEADERS, LiveServer, wait_until
+
+pytestmark = pytest.mark.slow  # runs first (tests/conftest.py)
 
 MESSAGES = 10_000
 PRODUCE_BATCH = 250

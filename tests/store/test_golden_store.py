@@ -17,6 +17,8 @@ from store.format.javahash import index_key_hash, java_string_hash
 from store.message_store import MessageStore, NewMessage, StoreConfig
 from tests.conftest import GOLDEN_GEOMETRY, file_digests
 
+pytestmark = pytest.mark.slow  # runs first (tests/conftest.py)
+
 GEOMETRY_FLAGS = ["--commitlog-file-size", "32768", "--cq-file-size", "80", "--index-slots", "64",
                   "--index-entries", "64"]
 
