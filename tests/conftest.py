@@ -27,7 +27,8 @@ BROKER_DELAY_LEVELS = "1s 1s 2s 2s 3s 3s 4s 4s 5s 5s 6s 6s 7s 7s 8s 8s 9s 9s"
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files holding a slow test are handed out first: xdist gives each worker a whole file
-    (--dist loadfile), so a long file left for the end keeps one worker busy while the others idle."""
+    (--dist loadfile; --no-loadscope-reorder keeps this order instead of the files' test counts),
+    so a long file left for the end keeps one worker busy while the others idle."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
 
