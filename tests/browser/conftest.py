@@ -73,8 +73,8 @@ def new_page(browser, server: LiveServer) -> Iterator:
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     contexts, errors = [], []
 
-    def make():
-        context = browser.new_context(base_url=server.base_url, viewport=VIEWPORT)
+    def make(viewport: dict | None = None):
+        context = browser.new_context(base_url=server.base_url, viewport=viewport or VIEWPORT)
         contexts.append(context)
         page = context.new_page()
         page.on("pageerror", lambda exc: errors.append(str(exc)))

@@ -5,13 +5,13 @@ steps are out of sight."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import ADMIN_PASSWORD, EXPECT_TIMEOUT_MS, save_screenshot, sign_in
+from tests.browser.conftest import ADMIN_PASSWORD, save_screenshot, sign_in
 from tests.browser.test_console_browser import dead_letter_once, produce
 from tests.live_server import LiveServer
 
@@ -38,26 +38,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 @pytest.fixture
-def open_page(browser, server: LiveServer) -> Iterator:
+def open_page(new_page) -> Callable:
     """Pages of a given width signed in as a given user; each checked for script errors."""
-    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
-    contexts, errors = [], []
 
     def make(width: int, user: str = "admin"):
-        context = browser.new_context(base_url=server.base_url, viewport={"width": width, "height": WIDTHS[width]})
-        contexts.append(context)
-        page = context.new_page()
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page = new_page(viewport={"width": width, "height": WIDTHS[width]})
         sign_in(page, user, PASSWORDS[user])
         return page
 
-    try:
-        yield make
-    finally:
-        for context in contexts:
-            context.close()
-    assert not [e for e in errors if "status of 4" not in e], errors
+    return make
 
 
 def assert_inside_window(page, locator) -> None:
