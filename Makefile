@@ -24,7 +24,7 @@ install: $(RUN_STAMP)
 
 install-dev: $(DEV_STAMP)
 
-$(RUN_STAMP): pyproject.toml setup.py store/format/_recordio.c app/_ndjson.c
+$(RUN_STAMP): pyproject.toml setup.py store/format/_recordio.c app/_ndjson.c $(wildcard app/grpc/protocol/*.proto)
 	@$(MAKE) --no-print-directory build-deps
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
