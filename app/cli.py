@@ -372,8 +372,15 @@ def serve(
     index_entries: Annotated[int | None, typer.Option("--index-entries", min=2, help="Entries per index file.")]
     = None,
     delay_levels: DelayLevelsOpt = None,
+    grpc_port: Annotated[int | None, typer.Option("--grpc-port", min=0, max=65535, help="Port of the gRPC front "
+                                                  "for RocketMQ 5 clients; 0 turns it off [default: 8081].")] = None,
+    grpc_tls_cert: Annotated[Path | None, typer.Option("--grpc-tls-cert", help="PEM certificate (chain): the gRPC "
+                                                       "front serves TLS only.")] = None,
+    grpc_tls_key: Annotated[Path | None, typer.Option("--grpc-tls-key", help="PEM private key of the certificate.")]
+    = None,
 ) -> None:
-    """Migrate the database, then serve the console and REST API (one process, one worker)."""
+    """Migrate the database, then serve the console and REST API, and the gRPC front for RocketMQ 5
+    clients (one process, one worker)."""
     import logging
     import signal
 
@@ -386,7 +393,8 @@ def serve(
     settings = _settings(data_dir=data, host=host, port=port, demo=demo or None, store_dir=store,
                          read_only=read_only or None, commitlog_file_size=commitlog_file_size,
                          cq_file_size=cq_file_size, index_slots=index_slots, index_entries=index_entries,
-                         delay_levels=delay_levels)
+                         delay_levels=delay_levels, grpc_port=grpc_port, grpc_tls_cert=grpc_tls_cert,
+                         grpc_tls_key=grpc_tls_key)
     _check_geometry(settings.store_dir, settings.geometry())
     if settings.listens_beyond_loopback() and settings.anonymous_viewer:
         raise CliError(f"--host {settings.host} with MQLENS_ANONYMOUS_VIEWER would show message bodies and "

@@ -84,6 +84,16 @@ class Settings(BaseSettings):
     # The command that runs a job, split like a shell line; default: this interpreter with
     # `-m app.cli`. The tests point it at a stand-in that keeps the status file's contract.
     pipeline_command: str | None = None
+    # The gRPC front for the official RocketMQ 5 clients, on `host`; 0 turns it off. With a
+    # certificate and its key (PEM files) it serves TLS only.
+    grpc_port: int = Field(8081, ge=0, le=65535)
+    grpc_tls_cert: Path | None = None
+    grpc_tls_key: Path | None = None
+    # Transactions left open: looked at this often, and a producer of the topic asked about one
+    # open this long (RocketMQ's transactionCheckInterval and transactionTimeOut), at most this many times.
+    transaction_check_interval_ms: int = Field(60_000, ge=100)
+    transaction_timeout_ms: int = Field(6_000, ge=100)
+    transaction_check_max: int = Field(15, ge=1, le=1000)
 
     @field_validator("database_url")
     @classmethod
@@ -140,6 +150,15 @@ class Settings(BaseSettings):
             self.store_dir = self.data_dir / STORE_DIR_NAME
         if self.read_only and self.demo:
             raise ValueError("the demo workload writes to the store: it cannot run read-only")
+        return self
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.grpc_tls_cert is None) != (self.grpc_tls_key is None):
+            raise ValueError("TLS for the gRPC front needs a certificate (grpc_tls_cert) and its key (grpc_tls_key)")
+        for path in (self.grpc_tls_cert, self.grpc_tls_key):
+            if path is not None and not path.is_file():
+                raise ValueError(f"TLS file {path} does not exist")
         return self
 
     @model_validator(mode="after")

@@ -28,6 +28,7 @@ from app.config import Settings
 from app.content_type import JsonContentTypeMiddleware
 from app.db import make_engine, migrate, session_factory
 from app.errors import error_response, install_error_handlers
+from app.grpc.server import front_for
 from app.headers import SecurityHeadersMiddleware
 from app.lingering_close import LingeringCloseMiddleware
 from app.pages import admin as admin_page
@@ -61,8 +62,10 @@ from app.services import groups as groups_service
 from app.services import redrive as redrive_service
 from app.services import resend as resend_service
 from app.services import topics as topics_service
+from app.services.client_sessions import ClientSessions
 from app.services.dead_letters import DeadLetterCache
 from app.services.demo import DemoWorkload
+from app.services.demo_clients import DemoClients
 from app.services.flow import PutGate
 from app.services.login_limit import LoginLimiter
 from app.services.metrics import metrics_registry
@@ -210,11 +213,29 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         app.state.session_secret = resources.session_secret
         app.state.redrive = resources.redrive
         app.state.pipeline_runner = resources.pipeline
+        front = front_for(app.state, settings)
+        if front is not None:
+            try:
+                await front.start()
+            except BaseException:
+                app.state.password_checks.close()
+                await run_in_threadpool(_stop, resources)
+                raise
+        app.state.grpc_front = front
+        demo_clients = None
+        if front is not None and settings.demo:
+            host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+            demo_clients = DemoClients(f"{host}:{front.port}", settings.data_dir / "demo-clients")
+            await run_in_threadpool(demo_clients.start, resources.store)
         _settle_heap()
         trimmer = HeapTrimmer().start()
         try:
             yield
         finally:
+            if demo_clients is not None:
+                await run_in_threadpool(demo_clients.stop)
+            if front is not None:
+                await front.stop()
             trimmer.stop()
             gc.unfreeze()
             app.state.password_checks.close()
@@ -236,6 +257,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.principal_cache = PrincipalCache(clock)
     app.state.dead_letters = DeadLetterCache()
     app.state.rates = RateSampler()  # messages/s on the dashboard
+    app.state.client_sessions = ClientSessions(clock)
     app.state.metrics_registry = metrics_registry(lambda: app.state.store)
     install_error_handlers(app)
     # The producers' and consumers' routes first: a request is matched against the routes in order.

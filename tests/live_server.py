@@ -52,6 +52,7 @@ class LiveServer:
         self.args = args
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("MQLENS_")}
         self.env["MQLENS_BOOTSTRAP_ADMIN_TOKEN"] = ADMIN_TOKEN
+        self.env["MQLENS_GRPC_PORT"] = "0"  # the gRPC front only where a test asks for it (settings)
         self.env.update({f"MQLENS_{k.upper()}": str(v) for k, v in (settings or {}).items()})
         self.admin_headers = ADMIN_HEADERS
         self._log: IO[str] = log_path.open("a+")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -61,6 +61,14 @@ def metrics_registry(store_of: Callable[[], MessageStore]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(store_of))
     return registry
+
+
+def rpc_counter(registry: CollectorRegistry) -> Callable[[str, str], None]:
+    """A counter of the gRPC front's calls by method and status code, in `registry`; returns its
+    count(method, code)."""
+    calls = Counter("mqlens_grpc_requests", "Calls of the gRPC front answered, by method and status code.",
+                    ["method", "code"], registry=registry)
+    return lambda method, code: calls.labels(method, code).inc()
 
 
 def exposition(registry: CollectorRegistry) -> bytes:

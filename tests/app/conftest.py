@@ -34,7 +34,8 @@ def anyio_backend() -> str:
 
 def make_settings(data_dir: Path, **overrides) -> Settings:
     values = {"data_dir": data_dir, "flush": "sync", "schedule_interval_ms": 0, "allowed_hosts": TEST_HOST,
-              "bootstrap_admin_token": ADMIN_TOKEN, "admin_password": "first-admin-password", **SMALL_GEOMETRY}
+              "bootstrap_admin_token": ADMIN_TOKEN, "admin_password": "first-admin-password", "grpc_port": 0,
+              **SMALL_GEOMETRY}
     values.update(overrides)
     return Settings(**values)
 
