@@ -88,6 +88,7 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
         self._committer: GroupCommitter | None = None  # flush="sync" only
         self._schedule_wake = threading.Event()  # set by a put of a message due before the planned wake-up
         self._wake_at_ms = 0
+        self._expiry_at_ms = 0  # the earliest invisible time of a received message that may run out
         self._queue_offsets: dict[tuple[bytes, int], int] = {}
         self._tracer = trace_log.TraceWriter(clock, self.store_host, self._append_trace)
         self._recent = RecentKeyFilter(config.dedupe_window_ms) if config.dedupe_window_ms > 0 else None

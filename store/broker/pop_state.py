@@ -3,8 +3,10 @@ to hand out of each queue, every message handed out and not yet done, and the ti
 make them visible again. Saved as config/popState.json.
 
 An entry is either out with a consumer (`receipt_handle` set, `due_ms` = invisible until) or
-waiting to be delivered again (`receipt_handle` None, `due_ms` = visible again at). Each
-entry has one live timer: heap items whose sequence number is not the entry's are stale and
+waiting to be delivered again (`receipt_handle` None, `due_ms` = visible again at). Whether
+the store's backoff follows an expiry is chosen per delivery (`backoff_after_timeout`), saved
+only when it is not the default, so that older files load as they always did. Each entry has one
+live timer: heap items whose sequence number is not the entry's are stale and
 dropped when they surface, so a change never searches a heap."""
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class InFlight:
     due_ms: int
     last_failure: str | None = None
     timer_seq: int = -1
+    backoff_after_timeout: bool = True  # of the latest delivery: False, visible again as soon as it expires
 
     @property
     def key(self) -> EntryKey:
@@ -55,7 +58,8 @@ class InFlight:
     def capture(self) -> tuple:
         """The saved fields, cheap enough to take under the store lock (`entry_json` makes the JSON)."""
         return (self.queue_id, self.queue_offset, self.phys_offset, self.unique_key, self.offset_msg_id,
-                self.attempt, self.generation, self.receipt_handle, self.due_ms, self.last_failure)
+                self.attempt, self.generation, self.receipt_handle, self.due_ms, self.last_failure,
+                self.backoff_after_timeout)
 
     @classmethod
     def from_json(cls, data: dict) -> InFlight:
@@ -65,6 +69,10 @@ class InFlight:
                     str(data["offsetMsgId"]), int(data["attempt"]), int(data["generation"]),
                     None if handle is None else str(handle), int(due),
                     None if data.get("lastFailure") is None else str(data["lastFailure"]))
+        backoff = data.get("backoffAfterTimeout", True)
+        if type(backoff) is not bool:
+            raise ValueError("backoffAfterTimeout is true or false")
+        entry.backoff_after_timeout = backoff
         if entry.attempt < 1 or entry.generation < 1 or entry.queue_id < 0 or entry.queue_offset < 0:
             raise ValueError("attempts, generations, queue ids and offsets are positive")
         return entry
@@ -151,6 +159,10 @@ class Subscription:
             self._stale -= 1
         return None
 
+    def next_expiry_ms(self) -> int | None:
+        """The earliest time an invisible time of this subscription may run out (stale items included)."""
+        return self._invisible[0][0] if self._invisible else None
+
     def next_due_ms(self) -> int | None:
         """The earliest time a timer of this subscription may fire (stale items included)."""
         heads = [heap[0][0] for heap in (self._invisible, self._waiting) if heap]
@@ -170,9 +182,12 @@ class Subscription:
 
 
 def entry_json(captured: tuple) -> dict:
-    queue_id, queue_offset, phys_offset, unique_key, offset_msg_id, attempt, generation, handle, due, failure = captured
+    (queue_id, queue_offset, phys_offset, unique_key, offset_msg_id, attempt, generation, handle, due, failure,
+     backoff_after_timeout) = captured
     data = {"queueId": queue_id, "queueOffset": queue_offset, "physOffset": phys_offset, "uniqueKey": unique_key,
             "offsetMsgId": offset_msg_id, "attempt": attempt, "generation": generation, "lastFailure": failure}
+    if not backoff_after_timeout:
+        data["backoffAfterTimeout"] = False
     if handle is not None:
         data["receiptHandle"] = handle
         data["invisibleUntilMs"] = due

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from store.broker.schedule import MAX_DELIVERIES_PER_PASS, DeliveryPass
 from store.broker.trace import TraceEvent, TraceKind
+from store.engine.results import FAR_FUTURE_MS
 from store.errors import (
     DiskFullError,
     InvalidMessageError,
@@ -54,16 +55,18 @@ class BackgroundWork:
                 self._dispatch_lock.release()
 
     def _schedule_loop(self) -> None:
-        """Deliver each delayed or timed message at its time: sleep until the earliest one due,
-        woken early by a put of one due sooner, and at least every schedule_interval_ms (a clock
-        that jumped, received messages whose invisible time ran out)."""
+        """Deliver each delayed or timed message at its time, and process each received message
+        whose invisible time runs out at that time: sleep until the earliest one due, woken early
+        by a put of one due sooner, and at least every schedule_interval_ms (a clock that jumped,
+        an invisible time set since the sleep began)."""
         interval_ms = self.config.schedule_interval_ms
         revived_at = self.clock.now_ms()
         while not self._stop_flusher.is_set():
             wait_ms = interval_ms
             try:
                 passed = self.deliver_due()
-                if self.clock.now_ms() - revived_at >= interval_ms:
+                now = self.clock.now_ms()
+                if now - revived_at >= interval_ms or now >= self._expiry_at_ms:
                     self.revive_due()
                     revived_at = self.clock.now_ms()
                 wait_ms = 0 if passed.full else self._plan_wake(interval_ms)
@@ -74,16 +77,21 @@ class BackgroundWork:
                 self._schedule_wake.wait(wait_ms / 1000)
 
     def _plan_wake(self, longest_ms: int) -> int:
-        """Milliseconds until the earliest message waiting is due, at most `longest_ms`."""
+        """Milliseconds until the earliest message waiting is due or invisible time runs out, at
+        most `longest_ms`."""
         with self._reading():
             now = self.clock.now_ms()
             self._schedule_wake.clear()
-            due = [t for t in (self.scheduler.next_due_ms(now), self.timer.next_due_ms()) if t is not None]
+            expiry = self.pop.next_expiry_ms()
+            self._expiry_at_ms = FAR_FUTURE_MS if expiry is None else expiry
+            due = [t for t in (self.scheduler.next_due_ms(now), self.timer.next_due_ms(), expiry) if t is not None]
             self._wake_at_ms = min([now + longest_ms, *due])
             return max(0, self._wake_at_ms - now)
 
     def _note_due(self, deliver_ms: int) -> None:
-        """Dispatch wrote messages that wait until `deliver_ms` (projections' lock held)."""
+        """Something is due at `deliver_ms`: dispatch wrote messages that wait until then
+        (projections' lock held), or a received message's invisible time runs out then (store
+        lock held). Wakes the scheduler thread when that comes before its planned wake-up."""
         if deliver_ms < self._wake_at_ms:
             self._schedule_wake.set()
 

@@ -68,10 +68,13 @@ class Consuming:
             self.offsets.commit(topic, group, queue_id, offset)
 
     def receive(self, group: str, topic: str, max_messages: int, invisible_ms: int, tags: str | None = None,
-                wait_ms: int = 0) -> list[Received]:
+                wait_ms: int = 0, *, backoff_after_timeout: bool = True) -> list[Received]:
         """Up to `max_messages` messages of `topic` not yet handed out to `group`, each invisible
-        to the group for `invisible_ms`; waits up to `wait_ms` (real time) when there are none."""
-        received = self.pop.receive(group, topic, max_messages, invisible_ms, tags, wait_ms)
+        to the group for `invisible_ms`; waits up to `wait_ms` (real time) when there are none.
+        With `backoff_after_timeout` False (RocketMQ 5 clients), a message whose invisible time
+        runs out is visible again at once rather than after the retry backoff."""
+        received = self.pop.receive(group, topic, max_messages, invisible_ms, tags, wait_ms,
+                                    backoff_after_timeout=backoff_after_timeout)
         self.stats.count_delivered(len(received))
         return received
 
@@ -89,6 +92,19 @@ class Consuming:
 
     def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> str:
         return self.pop.change_invisible(group, receipt_handle, invisible_ms)
+
+    def renew(self, group: str, receipt_handle: str, invisible_ms: int) -> None:
+        """Keep a received message invisible for `invisible_ms` from now; its handle stays valid."""
+        self.pop.renew(group, receipt_handle, invisible_ms)
+
+    def renew_many(self, group: str, receipt_handles: list[str], invisible_ms: int
+                   ) -> list[ReceiptHandleError | None]:
+        return self.pop.renew_many(group, receipt_handles, invisible_ms)
+
+    def dead_letter(self, group: str, receipt_handle: str, reason: str | None = None) -> PutResult | None:
+        """The consumer gives a received message up: it goes to %DLQ%group now (None: retention
+        had deleted it, nothing written) and is done for the group."""
+        return self.pop.dead_letter(group, receipt_handle, reason)
 
     def revive_due(self) -> int:
         """Redeliver or dead-letter the received messages whose invisible time ran out."""
