@@ -30,4 +30,4 @@ def test_every_acknowledged_send_survives_kill_9_and_clients_reconnect(official_
     acked = [message_id for p in producers for message_id in p.call("sending", stop=True)["acked"]]
     with grpc_server.client() as api:
         missing = [m for m in acked if not api.get(f"/api/messages/by-unique-key/{m}").json()["messages"]]
-    assert len(acked) > 100 + 50 * KILLS and missing == []
+    assert len(acked) > 50 * (KILLS + 1) and missing == []
