@@ -127,7 +127,11 @@ def _client_verifier(settings: Settings, sessions: sessionmaker[Session], clock:
     except SecretKeyError as exc:
         log.error("cannot start: %s", exc)
         raise
-    log.info("gRPC clients without credentials are %s", "accepted" if verifier.allow_anonymous else "refused")
+    if verifier.allow_anonymous and settings.listens_beyond_loopback():
+        log.warning("gRPC clients without credentials are accepted from anyone who reaches %s "
+                    "(MQLENS_GRPC_ANONYMOUS=true)", settings.host)
+    else:
+        log.info("gRPC clients without credentials are %s", "accepted" if verifier.allow_anonymous else "refused")
     return verifier
 
 

@@ -278,7 +278,7 @@ async def test_a_wrong_or_lost_key_stops_the_start_in_words(data_dir, clock, cap
         assert len((await api.client.get("/api/client-credentials")).json()["credentials"]) == 1
 
 
-async def test_the_anonymous_policy_reaches_the_verifier(data_dir, clock):
+async def test_the_anonymous_policy_reaches_the_verifier(data_dir, clock, caplog):
     settings = make_settings(data_dir, host="0.0.0.0", allowed_hosts=TEST_HOST)
     async with running(settings, clock) as api:
         assert api.app.state.credential_verifier.allow_anonymous is False
@@ -286,10 +286,12 @@ async def test_the_anonymous_policy_reaches_the_verifier(data_dir, clock):
         assert page["anonymous"] == {"allowed": False, "why": "the server listens beyond this machine"}
         with pytest.raises(ClientAuthError):
             api.app.state.credential_verifier.verify(None, None)
-    async with running(make_settings(data_dir, host="0.0.0.0", grpc_anonymous=True), clock) as api:
-        assert api.app.state.credential_verifier.verify(None, None).access_key is None
-        assert (await api.client.get("/admin/client-credentials.json")).json()["anonymous"]["why"] == \
-            "as MQLENS_GRPC_ANONYMOUS says"
+    with caplog.at_level(logging.WARNING, logger="mqlens.app"):
+        async with running(make_settings(data_dir, host="0.0.0.0", grpc_anonymous=True), clock) as api:
+            assert api.app.state.credential_verifier.verify(None, None).access_key is None
+            assert "without credentials are accepted from anyone who reaches 0.0.0.0" in caplog.text
+            assert (await api.client.get("/admin/client-credentials.json")).json()["anonymous"]["why"] == \
+                "as MQLENS_GRPC_ANONYMOUS says"
 
 
 def test_credentials_on_the_command_line(tmp_path, capsys, monkeypatch):
