@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,6 +29,9 @@ from store.log.geometry import (
 )
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from app.config import Settings
     from store.message_store import MessageStore
 
 # The store, numpy with it, is imported by the commands that use it: `store load` starts its
@@ -42,6 +48,9 @@ app.add_typer(db_app, name="db")
 app.add_typer(pipeline_cli.app, name="pipeline")
 users_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The console's users.")
 app.add_typer(users_app, name="users")
+credentials_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                              help="Client credentials: the access keys gRPC clients sign their calls with.")
+app.add_typer(credentials_app, name="client-credentials")
 
 StoreDir = Annotated[Path, typer.Option("--store", help="Store directory (the folder holding commitlog/).")]
 CommitlogSize = Annotated[int, typer.Option("--commitlog-file-size", min=4096, help="Commit log segment bytes.")]
@@ -314,6 +323,20 @@ def db_upgrade(data: DataDir = None) -> None:
     print(f"database {settings.database_url} is at revision {current_revision(settings.database_url)}")
 
 
+@contextlib.contextmanager
+def _operator_database(data: Path | None) -> Iterator[tuple[Settings, sessionmaker[Session]]]:
+    """The settings and the sessions of the operator database `serve` would use, migrated."""
+    from app.db import make_engine, migrate, session_factory
+
+    settings = _settings(data_dir=data)
+    migrate(settings.database_url)
+    engine = make_engine(settings.database_url)
+    try:
+        yield settings, session_factory(engine)
+    finally:
+        engine.dispose()
+
+
 @users_app.command("add")
 def users_add(
     name: Annotated[str, typer.Argument(help="The user name they sign in with.")],
@@ -325,22 +348,82 @@ def users_add(
     """Add a user to the operator database; without --password-stdin a password is made and printed once."""
     import secrets
 
-    from app.db import make_engine, migrate, session_factory
     from app.roles import SYSTEM
     from app.services import accounts
     from store.clock import SystemClock
 
-    settings = _settings(data_dir=data)
     password = sys.stdin.readline().rstrip("\n") if password_stdin else secrets.token_urlsafe(15)
-    migrate(settings.database_url)
-    engine = make_engine(settings.database_url)
-    try:
-        accounts.add_user(session_factory(engine), SystemClock(), name, password, role, actor=SYSTEM)
-    except ServiceError as exc:
-        raise CliError(str(exc)) from None
-    finally:
-        engine.dispose()
+    with _operator_database(data) as (_, sessions):
+        accounts.add_user(sessions, SystemClock(), name, password, role, actor=SYSTEM)
     print(f"added {name} ({role.strip().lower()})" + ("" if password_stdin else f" with password {password}"))
+
+
+@credentials_app.command("add")
+def credentials_add(
+    role: Annotated[str, typer.Option("--role", help="producer, consumer or both.")],
+    topics: Annotated[list[str] | None, typer.Option("--topic", help="A topic it may use (repeat; default: any).")]
+    = None,
+    groups: Annotated[list[str] | None, typer.Option("--group", help="A consumer group it may consume as (repeat; "
+                                                     "default: any).")] = None,
+    description: Annotated[str | None, typer.Option("--description", help="Whose it is, for the admins.")] = None,
+    data: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Make a client credential; its secret is printed this once."""
+    from app.roles import SYSTEM
+    from app.services import client_credentials
+    from app.services.client_secret_key import load_cipher
+    from store.clock import SystemClock
+
+    with _operator_database(data) as (settings, sessions):
+        key = settings.client_secret_key.get_secret_value() if settings.client_secret_key is not None else None
+        cipher = load_cipher(key, settings.data_dir, lambda: client_credentials.any_stored(sessions))
+        client_credentials.check_key(sessions, cipher)  # never add a secret the server could not read
+        credential, secret = client_credentials.create_credential(
+            sessions, SystemClock(), cipher, role, actor=SYSTEM, topics=topics or None, groups=groups or None,
+            description=description)
+    if as_json:
+        print(json.dumps({"credential": asdict(credential), "secret": secret}))
+        return
+    print(f"access key {credential.access_key}")
+    print(f"secret     {secret}")
+    print("(the secret is shown this once: the client signs with Credentials(access_key, secret); a running server "
+          "knows the credential within seconds)")
+
+
+@credentials_app.command("list")
+def credentials_list(data: DataDir = None, as_json: AsJson = False) -> None:
+    """The client credentials, active ones first (never a secret)."""
+    from app.render import format_ms
+    from app.services import client_credentials
+
+    with _operator_database(data) as (_, sessions):
+        credentials = client_credentials.list_credentials(sessions)
+    if as_json:
+        print(json.dumps({"credentials": [asdict(c) for c in credentials]}))
+        return
+    if not credentials:
+        print("no client credentials")
+    for c in credentials:
+        limits = " ".join([*(f"topic={t}" for t in c.topics or ()), *(f"group={g}" for g in c.groups or ())])
+        state = f"revoked {format_ms(c.revoked_at_ms)}" if c.revoked_at_ms else "active"
+        print(f"{c.access_key}  {c.role}  {state}  made {format_ms(c.created_at_ms)} by {c.created_by}  "
+              f"{limits or 'any topic and group'}" + (f"  ({c.description})" if c.description else ""))
+
+
+@credentials_app.command("revoke")
+def credentials_revoke(
+    access_key: Annotated[str, typer.Argument(help="The access key to refuse from now on.")],
+    data: DataDir = None,
+) -> None:
+    """Revoke a client credential (a running server refuses it within seconds)."""
+    from app.roles import SYSTEM
+    from app.services import client_credentials
+    from store.clock import SystemClock
+
+    with _operator_database(data) as (_, sessions):
+        client_credentials.revoke_credential(sessions, SystemClock(), access_key, actor=SYSTEM)
+    print(f"revoked {access_key}")
 
 
 def _check_served_store(store: Path | None, read_only: bool) -> None:

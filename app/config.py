@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 from typing import Literal
 
+from cryptography.fernet import Fernet
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
@@ -19,6 +20,9 @@ from store.log.geometry import StoreGeometry
 
 DB_FILE_NAME = "mqlens.db"
 STORE_DIR_NAME = "store"
+# The key that encrypts the gRPC client credentials' secrets, made on first start when
+# MQLENS_CLIENT_SECRET_KEY is not set (app/services/client_secret_key.py).
+CLIENT_SECRET_KEY_FILE_NAME = "client-secret.key"
 
 
 class Settings(BaseSettings):
@@ -94,6 +98,16 @@ class Settings(BaseSettings):
     transaction_check_interval_ms: int = Field(60_000, ge=100)
     transaction_timeout_ms: int = Field(6_000, ge=100)
     transaction_check_max: int = Field(15, ge=1, le=1000)
+    # gRPC clients (the official RocketMQ 5 clients) sign their calls with a client credential.
+    # The key that encrypts the credentials' secrets in the database: a Fernet key (32 random
+    # bytes, URL-safe base64). Unset: the file client-secret.key in data_dir, made on first start.
+    client_secret_key: SecretStr | None = None
+    # Calls without credentials: true accepts them, false refuses them; unset: accepted while the
+    # server listens on loopback only (grpc_allows_anonymous).
+    grpc_anonymous: bool | None = None
+    # How far a signed call's x-mq-date-time may be from the server's clock, beyond a whole
+    # quarter-hour time-zone offset of up to 14 h (the clients sign their local time marked Z).
+    grpc_max_skew_ms: int = Field(5 * 60_000, ge=1_000, le=3_600_000)
 
     @field_validator("database_url")
     @classmethod
@@ -125,6 +139,19 @@ class Settings(BaseSettings):
                     raise ValueError(f"a trusted proxy is an IP address or network (10.0.0.0/8), not {entry!r}") \
                         from None
         return spec
+
+    @field_validator("client_secret_key")
+    @classmethod
+    def _fernet_key(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is None or not key.get_secret_value().strip():
+            return None
+        try:
+            Fernet(key.get_secret_value().strip())
+        except ValueError:
+            raise ValueError("a client secret key is 32 random bytes in URL-safe base64 (44 characters), as "
+                             "`python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key()"
+                             ".decode())'` prints") from None
+        return SecretStr(key.get_secret_value().strip())
 
     @field_validator("pipeline_command")
     @classmethod
@@ -177,6 +204,12 @@ class Settings(BaseSettings):
 
     def listens_beyond_loopback(self) -> bool:
         return self.host not in ("127.0.0.1", "localhost", "::1") and not self.host.startswith("127.")
+
+    def grpc_allows_anonymous(self) -> bool:
+        """gRPC calls without credentials are accepted: as set, else while only this machine can connect."""
+        if self.grpc_anonymous is not None:
+            return self.grpc_anonymous
+        return not self.listens_beyond_loopback()
 
     def trusted_proxy_list(self) -> list[str]:
         return [entry.strip() for entry in self.trusted_proxies.split(",") if entry.strip()]

@@ -34,6 +34,7 @@ from app.lingering_close import LingeringCloseMiddleware
 from app.pages import admin as admin_page
 from app.pages import analytics as analytics_page
 from app.pages import audit as audit_page
+from app.pages import client_credentials as client_credentials_page
 from app.pages import config as config_page
 from app.pages import dashboard as dashboard_page
 from app.pages import dead_letters as dead_letters_page
@@ -49,6 +50,7 @@ from app.request_limits import body_limit
 from app.routes import accounts as accounts_routes
 from app.routes import audit as audit_routes
 from app.routes import auth as auth_routes
+from app.routes import client_credentials as client_credential_routes
 from app.routes import config as config_routes
 from app.routes import dead_letters as dead_letter_routes
 from app.routes import docs, groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
@@ -56,13 +58,15 @@ from app.routes import metrics as metrics_routes
 from app.routes import pipeline_runs as pipeline_routes
 from app.routes import redrive as redrive_routes
 from app.security import CrossOriginGuardMiddleware, PrincipalCache, SessionCookieMiddleware
-from app.services import accounts, offset_reset, pipeline_runs
+from app.services import accounts, client_credentials, offset_reset, pipeline_runs
 from app.services import config as config_service
 from app.services import groups as groups_service
 from app.services import redrive as redrive_service
 from app.services import resend as resend_service
 from app.services import topics as topics_service
+from app.services.client_secret_key import SecretKeyError, load_cipher
 from app.services.client_sessions import ClientSessions
+from app.services.credential_verifier import CredentialVerifier
 from app.services.dead_letters import DeadLetterCache
 from app.services.demo import DemoWorkload
 from app.services.demo_clients import DemoClients
@@ -89,6 +93,7 @@ class _Resources:
     sessions: sessionmaker[Session]
     store: MessageStore
     session_secret: str
+    verifier: CredentialVerifier
     pipeline: PipelineRunner
     demo: DemoWorkload | None = None
     redrive: RedriveRunner | None = None
@@ -113,6 +118,26 @@ def _set_up_accounts(settings: Settings, sessions: sessionmaker[Session], clock:
     return accounts.server_secret(sessions)
 
 
+def _client_verifier(settings: Settings, sessions: sessionmaker[Session], clock: Clock) -> CredentialVerifier:
+    """The gRPC front's signature checks, with every client secret decrypted now: a server key
+    that cannot read them stops the start here, saying so."""
+    key = settings.client_secret_key.get_secret_value() if settings.client_secret_key is not None else None
+    try:
+        cipher = load_cipher(key, settings.data_dir, lambda: client_credentials.any_stored(sessions))
+        verifier = CredentialVerifier(sessions, clock, cipher, settings.grpc_allows_anonymous(),
+                                      settings.grpc_max_skew_ms)
+        verifier.reload(strict=True)
+    except SecretKeyError as exc:
+        log.error("cannot start: %s", exc)
+        raise
+    if verifier.allow_anonymous and settings.listens_beyond_loopback():
+        log.warning("gRPC clients without credentials are accepted from anyone who reaches %s "
+                    "(MQLENS_GRPC_ANONYMOUS=true)", settings.host)
+    else:
+        log.info("gRPC clients without credentials are %s", "accepted" if verifier.allow_anonymous else "refused")
+    return verifier
+
+
 def _start(settings: Settings, clock: Clock) -> _Resources:
     assert settings.database_url is not None and settings.store_dir is not None
     migrate(settings.database_url)
@@ -120,6 +145,7 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
     try:
         sessions = session_factory(engine)
         session_secret = _set_up_accounts(settings, sessions, clock)
+        verifier = _client_verifier(settings, sessions, clock)
         # The delay level table: the store's own file, else the one configured, else inferred.
         # A table the operators recorded that the file lacks (a crash cut its write) is applied
         # after the store opens, from where the log ends, so earlier messages keep theirs.
@@ -142,7 +168,7 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
         raise
     if settings.read_only:
         log.info("serving the store in %s read-only", settings.store_dir)
-        return _Resources(engine, sessions, store, session_secret, pipeline)
+        return _Resources(engine, sessions, store, session_secret, verifier, pipeline)
     redrive = None
     try:
         for line in config_service.reconcile_delay_levels(store, sessions):
@@ -163,11 +189,12 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
         store.close()
         engine.dispose()
         raise
-    return _Resources(engine, sessions, store, session_secret, pipeline, demo, redrive)
+    return _Resources(engine, sessions, store, session_secret, verifier, pipeline, demo, redrive)
 
 
 def _stop(resources: _Resources) -> None:
     try:
+        resources.verifier.stop()
         resources.pipeline.stop()  # the jobs go on: the next start follows them again
         if resources.redrive is not None:
             resources.redrive.stop()
@@ -213,6 +240,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         app.state.session_secret = resources.session_secret
         app.state.redrive = resources.redrive
         app.state.pipeline_runner = resources.pipeline
+        # The gRPC front checks every call's signature with it (verify, check_produce, check_consume).
+        app.state.credential_verifier = resources.verifier.start()
         front = front_for(app.state, settings)
         if front is not None:
             try:
@@ -265,7 +294,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
                    config_routes, queue_view, timeline, resend, lookup, docs, metrics_routes, dashboard_page,
                    search_page, message_page, timeline_page, topics_page, groups_page, dead_letters_page,
                    redrive_routes, redrive_page, config_page, audit_routes, audit_page, pipeline_routes,
-                   analytics_page, admin_page):
+                   analytics_page, admin_page, client_credential_routes, client_credentials_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
     app.add_middleware(JsonContentTypeMiddleware, refuse=_refuse_media_type)

@@ -1,5 +1,5 @@
-"""Operator state kept in SQL: delay-level versions, the audit log, users, API tokens and
-browser sessions."""
+"""Operator state kept in SQL: delay-level versions, the audit log, users, API tokens, gRPC
+client credentials and browser sessions."""
 
 from __future__ import annotations
 
@@ -74,6 +74,26 @@ class ApiToken(Base):
     # A client token's scopes, JSON lists of names: the topics and groups it may use (null: any).
     topics: Mapped[str | None] = mapped_column(Text, nullable=True)
     groups: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class ClientCredential(Base):
+    """An access key and secret that an official RocketMQ 5 client signs its gRPC calls with. The
+    secret must be known to check a signature, so it is kept encrypted (Fernet), not hashed."""
+
+    __tablename__ = "client_credentials"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    access_key: Mapped[str] = mapped_column(String(64), unique=True)
+    secret_encrypted: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(String(16))  # producer | consumer | both
+    # JSON lists of names: the topics and the consumer groups it may use (null: any).
+    topics: Mapped[str | None] = mapped_column(Text, nullable=True)
+    groups: Mapped[str | None] = mapped_column(Text, nullable=True)
+    description: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    created_by: Mapped[str] = mapped_column(String(255))
+    revoked_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    last_used_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # to the minute
 
 
 class LoginSession(Base):

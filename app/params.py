@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import HTTPException, Path, Query
 from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 
-from app.services import accounts
+from app.services import accounts, client_credentials
 from app.services.lookup import MAX_KEY_CHARS
 from app.services.messages import RESERVED_PROPERTIES
 from app.services.resend import EDITABLE_PREFIXES_REFUSED
@@ -30,7 +30,8 @@ from store.format import delay_levels, topics
 
 __all__ = [
     "ACCOUNT_NAME_PATTERN", "BASE64_PATTERN", "DELAY_LEVELS_PATTERN", "KEY_PATTERN", "MAX_CONSUMER_GROUP_CHARS",
-    "MAX_DEAD_LETTER_REF_CHARS", "MIN_PASSWORD_CHARS", "OFFSET_MSG_ID_PATTERN", "ConsumerGroupPath", "DeadLetterRef",
+    "MAX_DEAD_LETTER_REF_CHARS", "MIN_PASSWORD_CHARS", "OFFSET_MSG_ID_PATTERN", "AccessKeyPath", "ConsumerGroupPath",
+    "DeadLetterRef",
     "EditPropertyName", "EditPropertyValue", "GroupField", "GroupPath", "GroupQuery", "KeyQuery", "MessageIdPath",
     "MessageKey", "MessageTag", "OffsetMsgIdPath", "PropertyName", "PropertyValue", "SearchQuery", "TopicField",
     "TopicPath", "TopicQuery", "UniqueKeyPath", "exactly_one_of", "names_declared", "not_both",
@@ -190,6 +191,13 @@ def names_declared(schema: dict[str, Any]) -> None:
     names["pattern"] = pattern
     names.setdefault("minLength", 1)
     schema["additionalProperties"] = values
+
+
+# -- client credentials (app/services/client_credentials.py) --------------------------------------
+_ACCESS_KEY = {"pattern": client_credentials.ACCESS_KEY_PATTERN, "min_length": 1, "max_length": 64}
+AccessKeyPath = Annotated[str, Path(description="A client credential's access key (AK...).", **_ACCESS_KEY),
+                          _refused(lambda v: f"invalid access key {_shown(v)}: an access key is 1 to 64 letters, "
+                                             "digits, '.', '_' or '-'")]
 
 
 # -- declared only: rules a service checks itself, with its own 400 ------------------------------

@@ -627,6 +627,47 @@ class TokenResponse(BaseModel):
     token: TokenOut
 
 
+# -- client credentials (gRPC) ----------------------------------------------------------------
+ClientRoleName = Literal["producer", "consumer", "both"]
+
+
+class ClientCredentialOut(BaseModel):
+    access_key: str = Field(description="What the client gives as Credentials(access_key, ...).")
+    role: ClientRoleName
+    topics: list[str] | None = Field(description="The topics it may produce to or consume (null: any).")
+    groups: list[str] | None = Field(description="The consumer groups it may consume as (null: any).")
+    description: str | None
+    created_at_ms: int
+    created_by: str
+    revoked_at_ms: int | None
+    last_used_at_ms: int | None = Field(description="When a call last passed with it, to the minute.")
+
+
+class ClientCredentialsResponse(BaseModel):
+    ok: Literal[True] = True
+    credentials: list[ClientCredentialOut]
+
+
+class ClientCredentialCreate(Strict):
+    role: ClientRoleName = Field(description="producer: sends messages; consumer: receives them; both.")
+    topics: list[TopicField] | None = Field(None, max_length=100, description="The topics it may produce to and "
+                                            "consume; default: any.")
+    groups: list[GroupField] | None = Field(None, max_length=100, description="The consumer groups it may consume "
+                                            "as (consumer and both only); default: any.")
+    description: str | None = Field(None, max_length=200, description="Whose it is, for the admins (one line).")
+
+
+class ClientCredentialCreated(BaseModel):
+    ok: Literal[True] = True
+    credential: ClientCredentialOut
+    secret: str = Field(description="The secret the client signs its calls with: shown this once, never again.")
+
+
+class ClientCredentialResponse(BaseModel):
+    ok: Literal[True] = True
+    credential: ClientCredentialOut
+
+
 # -- dead-letter inbox -------------------------------------------------------------------------
 class ResendFacts(BaseModel):
     at_ms: int

@@ -11,26 +11,11 @@ from app.grpc.statuses import Code, RpcRefusal
 
 
 class Verifier(Protocol):
-    def verify(self, authorization: str | None, date_time: str | None) -> Any: ...
+    """app.services.credential_verifier.CredentialVerifier"""
+
+    def verify(self, authorization: str | None, date_time: str | None, peer: str | None = None) -> Any: ...
     def check_produce(self, principal: Any, topic: str) -> None: ...
     def check_consume(self, principal: Any, group: str, topic: str) -> None: ...
-
-
-class AnonymousOnly:
-    """No credentials configured: every caller is anonymous, allowed or not as a whole."""
-
-    def __init__(self, allow: bool):
-        self._allow = allow
-
-    def verify(self, authorization: str | None, date_time: str | None) -> None:
-        if not self._allow:
-            raise RpcRefusal(Code.UNAUTHORIZED, "anonymous clients are not accepted: use client credentials")
-
-    def check_produce(self, principal: Any, topic: str) -> None:
-        return None
-
-    def check_consume(self, principal: Any, group: str, topic: str) -> None:
-        return None
 
 
 class Access:
@@ -38,7 +23,7 @@ class Access:
         self._verifier = verifier
 
     def principal(self, caller: Caller) -> Any:
-        return self._guard(self._verifier.verify, caller.authorization, caller.date_time)
+        return self._guard(self._verifier.verify, caller.authorization, caller.date_time, caller.peer)
 
     def may_produce(self, principal: Any, topic: str) -> None:
         self._guard(self._verifier.check_produce, principal, topic)

@@ -27,6 +27,7 @@ MAX_CLIENT_ID_CHARS = 256
 class Caller:
     client_id: str | None
     address: str  # host:port of the connection
+    peer: str  # as gRPC names it: ipv4:host:port
     authorization: str | None
     date_time: str | None
     language: str | None
@@ -56,8 +57,8 @@ def caller_of(context: grpc.aio.ServicerContext) -> Caller:
     client_id = headers.get(CLIENT_ID)
     if client_id is not None and (len(client_id) > MAX_CLIENT_ID_CHARS or not client_id.isprintable()):
         client_id = None
-    return Caller(client_id, peer_address(context), headers.get(AUTHORIZATION), headers.get(DATE_TIME),
-                  headers.get(LANGUAGE), headers.get(CLIENT_VERSION))
+    return Caller(client_id, peer_address(context), context.peer() or "", headers.get(AUTHORIZATION),
+                  headers.get(DATE_TIME), headers.get(LANGUAGE), headers.get(CLIENT_VERSION))
 
 
 class CallCounter:

@@ -104,7 +104,7 @@ class GrpcFront:
 
 def front_for(state, settings) -> GrpcFront | None:
     """The front the app's settings ask for, made from the app's parts (None when turned off)."""
-    from app.grpc.access import Access, AnonymousOnly
+    from app.grpc.access import Access
     from app.grpc.calls import CallCounter
     from app.grpc.client_settings import ServerLimits
     from app.grpc.renewal import AutoRenewer
@@ -115,10 +115,9 @@ def front_for(state, settings) -> GrpcFront | None:
         return None
     store = state.store
     hub = TelemetryHub()
-    verifier = getattr(state, "credential_verifier", None) or AnonymousOnly(not settings.listens_beyond_loopback())
     parts = FrontParts(
         store=store, put_batcher=state.put_batcher, put_gate=state.put_gate, receive_gate=state.receive_gate,
-        receive_threads=state.receive_threads, access=Access(verifier),
+        receive_threads=state.receive_threads, access=Access(state.credential_verifier),
         limits=ServerLimits(max_body_bytes=min(settings.max_request_bytes, store.config.max_message_bytes),
                             long_polling_ms=LONG_POLLING_MS),
         broker_name=BROKER_NAME, clients=state.client_sessions,

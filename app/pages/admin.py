@@ -22,7 +22,7 @@ DAY_MS = 86_400_000
 SCOPE_TEXT_MAX = 13_000  # 100 names of 127 bytes, with separators
 
 
-def _name_list(text: str | None) -> list[str] | None:
+def name_list(text: str | None) -> list[str] | None:
     """Names typed apart by spaces or commas; none typed: no limit."""
     names = (text or "").replace(",", " ").split()
     return names or None
@@ -65,7 +65,7 @@ def create_token(request: Request, sessions: SessionsDep, clock: ClockDep, rende
     days = optional_int(expires_in_days, "Expires in days", low=1, high=3650)
     token, value = accounts.create_token(sessions, clock, name, role, actor=actor,
                                          expires_at_ms=clock.now_ms() + days * DAY_MS if days else None,
-                                         topics=_name_list(topics), groups=_name_list(groups))
+                                         topics=name_list(topics), groups=name_list(groups))
     return renderer.page(request, "admin/admin.html", {**_page_data(sessions),
                                                       "new_token": {"name": token.name, "value": value}},
                          headers={"Cache-Control": NO_STORE})  # the value is shown this once

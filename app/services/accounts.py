@@ -116,10 +116,15 @@ MAX_SCOPE_NAMES = 100
 
 def checked_scope(names: list[str] | None, role: Role, what: str, check: Callable[[str], object]) -> str | None:
     """A client token's list of topics or groups, as stored (JSON), or None for any."""
+    if names is not None and role is not Role.CLIENT:
+        raise InvalidRequestError(f"{what} limit client tokens only: a {role.value} token uses every {what[:-1]}")
+    return checked_names(names, what, check)
+
+
+def checked_names(names: list[str] | None, what: str, check: Callable[[str], object]) -> str | None:
+    """A limit to some topics or groups (each passed to `check`), as stored (JSON), or None for any."""
     if names is None:
         return None
-    if role is not Role.CLIENT:
-        raise InvalidRequestError(f"{what} limit client tokens only: a {role.value} token uses every {what[:-1]}")
     wanted = list(dict.fromkeys(names))
     if not 1 <= len(wanted) <= MAX_SCOPE_NAMES:
         raise InvalidRequestError(f"name at least one and at most {MAX_SCOPE_NAMES} {what} (or leave {what} out: "

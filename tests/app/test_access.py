@@ -83,6 +83,10 @@ MUTATING = [
     Endpoint("POST", "/admin/users/nobody", ADMIN),
     Endpoint("POST", "/admin/tokens", ADMIN),
     Endpoint("POST", "/admin/tokens/1/revoke", ADMIN),
+    Endpoint("POST", "/api/client-credentials", ADMIN, {"role": "producer"}),
+    Endpoint("DELETE", "/api/client-credentials/AKNOSUCHKEY", ADMIN),
+    Endpoint("POST", "/admin/client-credentials", ADMIN),
+    Endpoint("POST", "/admin/client-credentials/AKNOSUCHKEY/revoke", ADMIN),
 ]
 
 

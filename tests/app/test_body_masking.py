@@ -201,7 +201,8 @@ async def walk(client: httpx.AsyncClient, app, w: World, headers: dict[str, str]
 
 
 # What a viewer may not open at all (the rest answers 2xx at least once).
-NOT_FOR_VIEWERS = {"/api/users", "/api/tokens", "/admin", "/messages/{offset_msg_id}/body"}
+NOT_FOR_VIEWERS = {"/api/users", "/api/tokens", "/admin", "/messages/{offset_msg_id}/body", "/api/client-credentials",
+                   "/admin/client-credentials"}
 NOTHING_THERE = {"/api/pipeline/runs/{run_id}", "/api/pipeline/runs/{run_id}/results", "/analytics/runs/{run_id}"}
 
 
