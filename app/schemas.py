@@ -319,7 +319,7 @@ class TraceEventOut(BaseModel):
     """One lifecycle event; unset fields are left out."""
 
     kind: Literal["stored", "scheduled", "released", "delivered", "acked", "failed", "invisible_timeout", "retry",
-                  "dead_letter", "resent", "duplicate"]
+                  "dead_letter", "resent", "duplicate", "committed", "rolled_back", "checked", "discarded"]
     unique_key: str
     at_ms: int
     topic: str | None = None
@@ -365,8 +365,9 @@ class VerdictOut(BaseModel):
 
 
 class TransactionOut(BaseModel):
-    state: Literal["committed", "rolled_back", "waiting"] = Field(
-        description="waiting: neither committed nor rolled back yet (the broker asks the producer again).")
+    state: Literal["committed", "rolled_back", "discarded", "waiting"] = Field(
+        description="waiting: neither committed nor rolled back yet (the broker asks the producer again); "
+                    "discarded: checked too often without an answer, never delivered.")
     detail: str
     half_offset_msg_id: str = Field(description="The newest half message in RMQ_SYS_TRANS_HALF_TOPIC.")
 

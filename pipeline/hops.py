@@ -55,17 +55,22 @@ EVENT_HOP_KINDS = {
     TraceKind.STORED: "produced", TraceKind.SCHEDULED: "scheduled", TraceKind.RELEASED: "released",
     TraceKind.DELIVERED: "delivered", TraceKind.ACKED: "consumed", TraceKind.FAILED: "failed",
     TraceKind.INVISIBLE_TIMEOUT: "failed", TraceKind.RETRY: "retry_scheduled", TraceKind.DEAD_LETTER: "dead_lettered",
-    TraceKind.RESENT: "resent", TraceKind.DUPLICATE: "duplicate",
+    TraceKind.RESENT: "resent", TraceKind.DUPLICATE: "duplicate", TraceKind.COMMITTED: "produced",
+    TraceKind.ROLLED_BACK: "transaction", TraceKind.CHECKED: "transaction", TraceKind.DISCARDED: "transaction",
 }
 
 
 def event_hops(events: DataFrame) -> DataFrame:
     """One hop per event (events_of's rows), ordered by the event's time, then its record and its
-    place there. A release to a retry topic is the redelivery of the group's next attempt."""
+    place there. A release to a retry topic is the redelivery of the group's next attempt; a half
+    message stored is a transaction hop, and a commit waiting for its delivery time a scheduled one."""
     event_kind, topic = F.col("kind"), F.coalesce(F.col("topic"), F.lit(""))
     to_retry = (event_kind == TraceKind.RELEASED.value) & topic.startswith(topics.RETRY_PREFIX)
-    kind = F.when(to_retry, F.lit("redelivered")).otherwise(
-        F.create_map(*[F.lit(v) for pair in EVENT_HOP_KINDS.items() for v in pair])[event_kind])
+    half = (event_kind == TraceKind.STORED.value) & (topic == topics.TRANS_HALF_TOPIC)
+    timed_commit = (event_kind == TraceKind.COMMITTED.value) & topic.isin(topics.SCHEDULE_TOPIC, topics.TIMER_TOPIC)
+    kind = (F.when(to_retry, F.lit("redelivered")).when(half, F.lit("transaction"))
+            .when(timed_commit, F.lit("scheduled"))
+            .otherwise(F.create_map(*[F.lit(v) for pair in EVENT_HOP_KINDS.items() for v in pair])[event_kind]))
     next_attempt = F.coalesce(F.col("reconsume_times"), F.lit(0)) + 1
     why = F.coalesce(F.col("reason"), F.when(event_kind == TraceKind.INVISIBLE_TIMEOUT.value, F.lit(TIMEOUT_WORDS))
                      .otherwise(F.lit(FAILURE_WORDS)))

@@ -68,5 +68,26 @@ def is_no_space(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS
 
 
+class TransactionError(StoreError):
+    """A transaction cannot be ended as asked (the base of the errors below)."""
+
+
+class InvalidTransactionIdError(TransactionError, InvalidIdError):
+    """A transaction id that is not an offset message id of this store, or that names a half
+    message of another producer group (RocketMQ 5: INVALID_TRANSACTION_ID)."""
+
+
+class NotAHalfMessageError(InvalidTransactionIdError):
+    """A transaction id naming a record that is not a transaction's half message."""
+
+
+class TransactionNotFoundError(TransactionError, MessageNotFoundError):
+    """No record lives where the transaction id points (never written, or expired: NOT_FOUND)."""
+
+
+class TransactionEndedError(TransactionError):
+    """The transaction was already committed, rolled back, or discarded after too many checks."""
+
+
 class InvalidConfigError(StoreError, ValueError):
     """A setting given to a running store is invalid (a delay level table...)."""

@@ -30,6 +30,7 @@ from store.engine.consuming import Consuming
 from store.engine.lifecycle import ProjectedInMemory, StoreLifecycle
 from store.engine.lookups import Lookups
 from store.engine.results import DEFAULT_QUERY_MAX, FAR_FUTURE_MS, MAX_QUERY_RESULTS, PutResult, QueryResult
+from store.engine.transactions import Transactions
 from store.errors import (
     FlowControlError,
     ReadOnlyStoreError,
@@ -56,7 +57,7 @@ YIELD_DISPATCH_LAG_BYTES = 4 << 20  # beyond this an append gives the dispatcher
 MAX_DISPATCH_LAG_BYTES = 32 << 20  # beyond this an append projects the backlog itself, the dispatcher idle
 
 
-class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
+class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming, Transactions):
     def __init__(self, root: Path, config: StoreConfig, *, read_only: bool, clock: Clock):
         self.paths = StorePaths(root)
         self.config = config
@@ -92,6 +93,7 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
         self._queue_offsets: dict[tuple[bytes, int], int] = {}
         self._tracer = trace_log.TraceWriter(clock, self.store_host, self._append_trace)
         self._recent = RecentKeyFilter(config.dedupe_window_ms) if config.dedupe_window_ms > 0 else None
+        self._open_halves = None  # read-write: the transactions not ended yet (store.engine.transactions)
         self.stats = StoreStats(clock.now_ms())
         self.commitlog: CommitLog
         self.metadata: Metadata
@@ -344,6 +346,10 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming):
             places = [topics.SCHEDULE_TOPIC]
         else:
             places = [m.topic, topics.TIMER_TOPIC] if topics.TIMER_DELIVER_MS in m.properties else [m.topic]
+        return self._recent_copy(places, key, now)
+
+    def _recent_copy(self, places: list[str], key: str, now: int) -> PutResult | None:
+        """The newest copy with unique key `key` one of the topics got within the window, if any."""
         places = [topic for topic in places if self._recent.might_hold(index_key_hash(topic, key))]
         if not places:
             return None

@@ -28,7 +28,7 @@ def _identity(found: MessageTimeline) -> dict:
         return {"unique_key": found.unique_key, "offset_msg_id": None, "topic": None, "tags": None, "keys": [],
                 "born_timestamp": None, "store_timestamp": None}
     topic = first.topic
-    if topics.copy_kind(topic) != "original":  # a retry, schedule or dead-letter copy: say where it came from
+    if topics.is_system_topic(topic):  # a retry, schedule, dead-letter or half message copy: say where it came from
         topic = first.properties.get(topics.RETRY_TOPIC) or first.properties.get(topics.REAL_TOPIC) or topic
     return {"unique_key": found.unique_key, "offset_msg_id": first.offset_msg_id, "topic": topic, "tags": first.tags,
             "keys": first.keys, "born_timestamp": first.born_timestamp, "store_timestamp": first.store_timestamp}

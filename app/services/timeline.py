@@ -66,8 +66,8 @@ class MessageTimeline:
 
     @property
     def first_copy(self) -> StoredMessage | None:
-        """The produced copy when there is one, else the oldest."""
-        plain = [m for m in self.copies if topics.copy_kind(m.topic) == "original"]
+        """The produced copy when there is one (not a transaction's half message), else the oldest."""
+        plain = [m for m in self.copies if not topics.is_system_topic(m.topic)]
         return (plain or self.copies or [None])[0]
 
 

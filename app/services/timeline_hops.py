@@ -1,6 +1,7 @@
 """The hops of a message's life (produced, delivered to a group, failed, scheduled for a retry,
-redelivered, dead-lettered, resent, consumed), made either from its recorded trace events or,
-when there are none, from the copies the broker wrote and the properties they carry."""
+redelivered, dead-lettered, resent, consumed, a transaction's half message and end), made
+either from its recorded trace events or, when there are none, from the copies the broker wrote
+and the properties they carry."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ HOP_LABELS = {
     "resent": "resent",
     "duplicate": "duplicate send",
     "sent": "sent (client trace)",
-    "transaction": "transaction end",
+    "transaction": "transaction",
 }
 
 # Properties a copy put back on its topic from a dead-letter queue still carries.
@@ -78,6 +79,8 @@ def _event_hop(event: TraceEvent) -> Hop | None:
         return Hop(kind, event.at_ms, detail, False, **{**where, **changes})
 
     kind, topic = event.kind, event.topic or ""
+    if kind in TRANSACTION_KINDS or (kind == TraceKind.STORED and topic == topics.TRANS_HALF_TOPIC):
+        return _transaction_event_hop(event, hop)
     if kind == TraceKind.STORED:
         return hop("produced", f"stored in {topic}")
     if kind == TraceKind.SCHEDULED:
@@ -111,6 +114,30 @@ def _event_hop(event: TraceEvent) -> Hop | None:
     if kind == TraceKind.DUPLICATE:
         return hop("duplicate", "a producer sent it again; it was not stored twice")
     return None
+
+
+TRANSACTION_KINDS = frozenset({TraceKind.COMMITTED, TraceKind.ROLLED_BACK, TraceKind.CHECKED, TraceKind.DISCARDED})
+
+
+def _transaction_event_hop(event: TraceEvent, hop: Callable[..., Hop]) -> Hop:
+    """A half message stored (or put back by a check) waits as a "transaction" hop; a commit is
+    the produced copy, or a scheduled one waiting for its delivery time."""
+    topic, answer = event.topic or "", f" ({event.reason})" if event.reason else ""
+    if event.kind == TraceKind.STORED:
+        return hop("transaction", f"half message stored in {topic}: held until the producer commits or rolls back, "
+                   f"then goes to {event.real_topic}")
+    if event.kind == TraceKind.CHECKED:
+        return hop("transaction", f"the broker asks the producer (check {event.attempt}): half message put back "
+                   f"in {topic}")
+    if event.kind == TraceKind.ROLLED_BACK:
+        return hop("transaction", f"rolled back{answer}: never delivered")
+    if event.kind == TraceKind.DISCARDED:
+        return hop("transaction", f"discarded, {event.reason or 'checked too often'}: moved to {topic}, never "
+                   "delivered")
+    if topic in (topics.SCHEDULE_TOPIC, topics.TIMER_TOPIC):
+        return hop("scheduled", f"committed{answer}: waits in {topic} for its delivery time, then goes to "
+                   f"{event.real_topic}")
+    return hop("produced", f"committed{answer}: put to {topic}")
 
 
 def hops_from_events(events: Iterable[TraceEvent]) -> list[Hop]:
@@ -177,6 +204,10 @@ def _topic_copy_hop(msg: StoredMessage) -> Hop:
         again = f", put back by the broker's check {checks}" if checks else ""
         return Hop("transaction", msg.store_timestamp, f"half message{again}: held in {msg.topic} until the "
                    "producer commits or rolls back", True, **where)
+    if msg.topic == topics.TRANS_CHECK_MAX_TIME_TOPIC:
+        checks = msg.properties.get(topics.TRANSACTION_CHECK_TIMES, "0")
+        return Hop("transaction", msg.store_timestamp, f"discarded after {checks} checks without an answer: moved "
+                   f"to {msg.topic}, never delivered", True, **where)
     if msg.transaction_type == TRANSACTION_COMMIT:
         return Hop("produced", msg.store_timestamp, f"committed: put to {msg.topic}", True, **where)
     if any(name in msg.properties for name in RESEND_MARKERS):

@@ -1,13 +1,15 @@
 """Where a transactional message stands, from what the broker stored: its half message in
 RMQ_SYS_TRANS_HALF_TOPIC (re-put there each time the broker checks with the producer), an op
 record in RMQ_SYS_TRANS_OP_HALF_TOPIC for each half message settled (its body is the half
-message's queue offset; newer brokers may list several, comma separated), and for a commit the
-copy put to the real topic."""
+message's queue offset; newer brokers may list several, comma separated), for a commit the
+copy put to the real topic, and for a half message checked too often without an answer its copy
+in TRANS_CHECK_MAX_TIME_TOPIC."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from store.broker.transactions import ended_offsets
 from store.errors import StoreError
 from store.format import topics
 from store.format.codec import TRANSACTION_COMMIT, StoredMessage
@@ -20,7 +22,7 @@ MAX_OPS_READ = 100_000  # the newest op records read for one answer
 
 @dataclass(frozen=True)
 class TransactionStanding:
-    state: str  # "committed", "rolled_back" or "waiting"
+    state: str  # "committed", "rolled_back", "discarded" or "waiting"
     detail: str
     half_offset_msg_id: str
 
@@ -35,8 +37,19 @@ def transaction_standing(store, copies: list[StoredMessage]) -> TransactionStand
     asked = f" after the broker asked the producer {checks} time{'s' if checks != '1' else ''}" if checks else ""
     committed = [m for m in copies if m.topic != HALF_TOPIC and m.transaction_type == TRANSACTION_COMMIT]
     if committed:
-        return TransactionStanding("committed", f"committed{asked}: delivered to {committed[0].topic}",
-                                   newest.offset_msg_id)
+        delivered = [m for m in committed if not topics.holds_for_later(m.topic)]
+        if delivered:
+            return TransactionStanding("committed", f"committed{asked}: delivered to {delivered[0].topic}",
+                                       newest.offset_msg_id)
+        real_topic = committed[0].properties.get(topics.REAL_TOPIC, "?")
+        return TransactionStanding("committed", f"committed{asked}: waits in {committed[0].topic} for its delivery "
+                                   f"time, then goes to {real_topic}", newest.offset_msg_id)
+    discarded = [m for m in copies if m.topic == topics.TRANS_CHECK_MAX_TIME_TOPIC]
+    if discarded:
+        times = discarded[-1].properties.get(CHECK_TIMES) or checks or "0"
+        return TransactionStanding("discarded", f"discarded after the broker asked the producer {times} "
+                                   f"time{'s' if times != '1' else ''} without an answer: never delivered (moved to "
+                                   f"{discarded[-1].topic})", newest.offset_msg_id)
     settled, complete = _settled_half_offsets(store)
     if newest.queue_offset in settled:
         return TransactionStanding("rolled_back", f"rolled back{asked}: never delivered", newest.offset_msg_id)
@@ -59,7 +72,5 @@ def _settled_half_offsets(store) -> tuple[set[int], bool]:
                 body = store.get_by_queue_offset(OP_TOPIC, queue_id, offset).body
             except StoreError:
                 continue
-            for part in body.decode("ascii", errors="replace").split(","):
-                if part.strip().isdigit():
-                    settled.add(int(part))
+            settled.update(ended_offsets(body))
     return settled, complete

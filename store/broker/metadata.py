@@ -23,6 +23,9 @@ MAX_GROUP_BYTES = 255  # RocketMQ's own limit: a store it wrote may hold such gr
 MAX_CONSUMING_GROUP_BYTES = topics.MAX_TOPIC_BYTES - len(topics.RETRY_PREFIX)
 GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 DEFAULT_RETRY_MAX_TIMES = 16
+# Topics of the broker's own machinery RocketMQ creates with one queue (whatever the default).
+SINGLE_QUEUE_TOPICS = frozenset({topics.TIMER_TOPIC, topics.TRANS_HALF_TOPIC, topics.TRANS_OP_HALF_TOPIC,
+                                 topics.TRANS_CHECK_MAX_TIME_TOPIC})
 
 
 class MetadataError(StoreError, ValueError):
@@ -169,8 +172,9 @@ class Metadata:
         return config
 
     def topic_for_send(self, name: str) -> TopicConfig:
-        """The topic a producer sends to: created on first send when allowed. Retry and
-        dead-letter topics get RocketMQ's queue counts."""
+        """The topic a producer sends to: created on first send when allowed. Retry, dead-letter
+        and the broker's own topics get RocketMQ's queue counts, and are created even when
+        topics are not."""
         found = self._topics.get(name)
         if found is not None:
             return found
@@ -185,7 +189,7 @@ class Metadata:
                 config = TopicConfig(name, queues=group.retry_queues if group else 1)
             elif name == topics.SCHEDULE_TOPIC:
                 config = TopicConfig(name, queues=self.schedule_queues)
-            elif name == topics.TIMER_TOPIC:
+            elif name in SINGLE_QUEUE_TOPICS:
                 config = TopicConfig(name, queues=1)
             elif self.auto_create_topics:
                 config = TopicConfig(name, queues=self.default_queues)

@@ -2,7 +2,8 @@
 
 The record keeps the client's properties plus CLUSTER, in java.util.HashMap order, without WAIT;
 a delayed message goes to SCHEDULE_TOPIC_XXXX, one with a later delivery time to the timer topic,
-with its real topic and queue in properties."""
+and a transaction's half message to RMQ_SYS_TRANS_HALF_TOPIC, with its real topic and queue in
+properties."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import NamedTuple
 
-from store.broker.metadata import TopicConfig
+from store.broker.metadata import GROUP_NAME, MAX_GROUP_BYTES, TopicConfig
 from store.errors import InvalidMessageError
 from store.format import codec, ids, topics
 from store.format.codec import StoredMessage
@@ -94,6 +95,12 @@ def _has_separator(text: str) -> bool:
     return NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text
 
 
+def _check_producer_group(group) -> None:
+    if type(group) is not str or not GROUP_NAME.fullmatch(group) or len(group.encode("utf-8")) > MAX_GROUP_BYTES:
+        raise InvalidMessageError(f"invalid producer group {str(group)[:64]!r}: 1 to {MAX_GROUP_BYTES} letters, "
+                                  "digits, '%', '|', '_' or '-'")
+
+
 class RecordBuilder:
     """Turns NewMessages into record items for CommitLog.append_records:
     (size, topic bytes, queue id, flag, sys flag, born time, born address, born port,
@@ -153,8 +160,11 @@ class RecordBuilder:
                           MAX_PROPERTIES_BYTES, self.unique_keys.create, self._next_queue_id)
         return self._plan
 
-    def build(self, m: NewMessage, now: int) -> tuple[tuple, str, str]:
-        """The record item of `m`, its topic and its unique key. Raises InvalidMessageError."""
+    def build(self, m: NewMessage, now: int, *, half: bool = False,
+              producer_group: str | None = None) -> tuple[tuple, str, str]:
+        """The record item of `m`, its topic and its unique key. Raises InvalidMessageError.
+        With `half`, the half message of a transaction `producer_group` sends: it waits in
+        RMQ_SYS_TRANS_HALF_TOPIC, delivery time and all, until the transaction ends."""
         topic = m.topic
         form = self._topics.get(topic) or self._topic_form(topic)
         body = m.body
@@ -189,7 +199,11 @@ class RecordBuilder:
         if m.compress:
             body = zlib.compress(body, 5)
             sys_flag |= codec.COMPRESSED_FLAG
-        if m.delay_level and m.delay_level > 0:
+        if half:
+            self._hold_as_half(m, props, topic, queue_id, producer_group, now)
+            topic, queue_id = topics.TRANS_HALF_TOPIC, 0
+            form = self._topics.get(topic) or self._topic_form(topic)
+        elif m.delay_level and m.delay_level > 0:
             props.pop(topics.TIMER_DELIVER_MS, None)  # a delay level wins, as in RocketMQ 5
             delay = self.delay_levels.clamp(m.delay_level)
             props[topics.DELAY] = str(delay)
@@ -221,6 +235,26 @@ class RecordBuilder:
                 m.reconsume_times, body, props_bytes, form.magic)
         return item, topic, unique_key
 
+    def _hold_as_half(self, m: NewMessage, props: dict[str, str], topic: str, queue_id: int,
+                      producer_group: str | None, now: int) -> None:
+        """The properties RocketMQ 4.9's producer and broker give a half message, in the order
+        they put them into its HashMap: TRAN_MSG, PGROUP and WAIT (the client), CLUSTER, then
+        REAL_TOPIC and REAL_QID (the broker)."""
+        if topics.holds_for_later(topic) or topic == topics.TRANS_CHECK_MAX_TIME_TOPIC:
+            raise InvalidMessageError(f"topic {topic} does not take transactional messages")
+        if (m.delay_level and m.delay_level > 0) or topics.DELAY in props:
+            raise InvalidMessageError("a transactional message has no delay level: give it a delivery time "
+                                      f"({topics.TIMER_DELIVER_MS}), which applies once it is committed")
+        requested_deliver_ms(props, now)  # a malformed time is refused now, not at the commit
+        props[topics.TRAN_MSG] = "true"
+        if producer_group is not None:
+            _check_producer_group(producer_group)
+            props[topics.PRODUCER_GROUP] = producer_group
+        props[topics.WAIT] = "true"
+        props[topics.CLUSTER] = self.cluster
+        props[topics.REAL_TOPIC] = topic
+        props[topics.REAL_QID] = str(queue_id)
+
     def build_copy(self, source: StoredMessage, topic: str, queue_id: int, reconsume_times: int,
                    properties: dict[str, str] | None = None) -> tuple[tuple, str, str]:
         """The item of a broker-made copy of `source` (send-back, scheduled delivery): the same
@@ -228,31 +262,54 @@ class RecordBuilder:
         names went into RocketMQ's HashMap, are laid out in that map's order, after the delay
         rewrite to SCHEDULE_TOPIC_XXXX when they hold a positive DELAY; without them the source's
         properties string is copied as it is."""
+        if properties is not None:
+            delay = _positive_level(properties.get(topics.DELAY))
+            if delay:
+                delay = self.delay_levels.clamp(delay)
+                properties = {**properties, topics.DELAY: str(delay), topics.REAL_TOPIC: topic,
+                              topics.REAL_QID: str(queue_id)}
+                topic, queue_id = topics.SCHEDULE_TOPIC, delay - 1
+        return self.copy_item(source, topic, queue_id, reconsume_times, properties), topic, source.unique_key
+
+    def copy_item(self, source: StoredMessage, topic: str, queue_id: int, reconsume_times: int,
+                  properties: dict[str, str] | None = None, *, transaction_type: int | None = None,
+                  prepared_offset: int = 0) -> tuple:
+        """The item of a copy of `source` in `topic` and `queue_id`, as build_copy makes it but
+        never rescheduled; with `transaction_type` in its sys flag and, when not 0, the commit
+        log offset of its transaction's half message."""
         if properties is None:
             props_bytes = source.properties_text().encode("utf-8")
         else:
-            props = dict(properties)
-            delay = _positive_level(props.get(topics.DELAY))
-            if delay:
-                delay = self.delay_levels.clamp(delay)
-                props[topics.DELAY] = str(delay)
-                props[topics.REAL_TOPIC] = topic
-                props[topics.REAL_QID] = str(queue_id)
-                topic, queue_id = topics.SCHEDULE_TOPIC, delay - 1
-            props_bytes = self._properties_bytes({name: props[name] for name in java_hashmap_order(props)})
+            props_bytes = self._properties_bytes({name: properties[name] for name in java_hashmap_order(properties)})
+        born = source.born_host
+        sys_flag = source.sys_flag & ~(codec.BORNHOST_V6_FLAG | codec.STOREHOST_V6_FLAG)
+        if transaction_type is not None:
+            sys_flag = (sys_flag & ~codec.TRANSACTION_TYPE_MASK) | transaction_type
+        item = self._item(topic, queue_id, source.flag, sys_flag, source.born_timestamp, born, reconsume_times,
+                          source.stored_body, props_bytes)
+        return item + (prepared_offset,) if prepared_offset else item
+
+    def build_broker_record(self, topic: str, queue_id: int, body: bytes, properties: dict[str, str],
+                            now: int) -> tuple[tuple, str, None]:
+        """A record the broker writes for itself (a transaction's op record): exactly these
+        properties, put into the HashMap in this order, born at the store host now."""
+        props_bytes = self._properties_bytes({name: properties[name] for name in java_hashmap_order(properties)})
+        item = self._item(topic, queue_id, 0, 0, now, self.store_host, 0, body, props_bytes)
+        return item, topic, None
+
+    def _item(self, topic: str, queue_id: int, flag: int, sys_flag: int, born_ts: int, born: HostAddress,
+              reconsume_times: int, body: bytes, props_bytes: bytes) -> tuple:
+        """A record item from its fields; the host flags of `sys_flag` are set here."""
         form = self._topics.get(topic) or self._topic_form(topic)
         _check_queue_id(topic, form, queue_id)
-        born = source.born_host
-        sys_flag = (source.sys_flag & ~(codec.BORNHOST_V6_FLAG | codec.STOREHOST_V6_FLAG)) | self._store_sys_flag
+        sys_flag |= self._store_sys_flag
         if born.is_ipv6:
             sys_flag |= codec.BORNHOST_V6_FLAG
-        body = source.stored_body
         size = self._fixed_size[born.is_ipv6] + len(body) + form.overhead + len(props_bytes)
         if size > self.max_record_size:
             raise InvalidMessageError(f"a record of {size} bytes does not fit in a commit log segment")
-        item = (size, form.encoded, queue_id, source.flag, sys_flag, source.born_timestamp, born.address, born.port,
-                reconsume_times, body, props_bytes, form.magic)
-        return item, topic, source.unique_key
+        return (size, form.encoded, queue_id, flag, sys_flag, born_ts, born.address, born.port, reconsume_times,
+                body, props_bytes, form.magic)
 
     def _client_properties(self, given: dict[str, str]) -> dict[str, str]:
         props = {}

@@ -1,5 +1,5 @@
 """Lifecycle trace: every event of a message (stored, scheduled, delivered, acked, failed, sent to
-retry, dead-lettered, resent...) is kept in the trace topic of the commit log, keyed by the
+retry, dead-lettered, resent, a transaction's end...) is kept in the trace topic of the commit log, keyed by the
 message's unique key, so one index lookup returns a message's whole history across its original,
 scheduled, retry and DLQ copies. Events are packed many to a record (store.broker.trace_pack);
 stores written before that hold one record per event (JSON body, the kind as tag, keyed by the
@@ -27,6 +27,10 @@ class TraceKind(StrEnum):
     DEAD_LETTER = "dead_letter"  # moved to %DLQ%group (reason)
     RESENT = "resent"  # an operator sent a dead letter back to its topic
     DUPLICATE = "duplicate"  # a producer resent a message already stored (not stored again)
+    COMMITTED = "committed"  # a transaction's half message was committed: put to its topic (or scheduled)
+    ROLLED_BACK = "rolled_back"  # a transaction was rolled back: its half message is never delivered
+    CHECKED = "checked"  # the broker put a half message back to ask its producer (attempt: the check's number)
+    DISCARDED = "discarded"  # a half message checked too often or too old, moved aside (reason)
 
 
 @dataclass(frozen=True)

@@ -72,3 +72,36 @@ def send_back_events(original: StoredMessage, group: str, route: SendBack, resul
                            result.offset_msg_id, group=group, reconsume_times=route.reconsume_times,
                            due_ms=due, real_topic=route.topic)
     return [failed, moved]
+
+
+def half_stored_event(half: Written, real_topic: str, now: int) -> TraceEvent:
+    """A transaction's half message was written: it waits for the transaction's end."""
+    return TraceEvent(TraceKind.STORED, half.unique_key, now, half.topic, half.queue_id, half.queue_offset,
+                      half.offset_msg_id, real_topic=real_topic)
+
+
+def transaction_end_event(half: StoredMessage, committed: Written | None, from_check: bool, now: int) -> TraceEvent:
+    """COMMITTED with where the copy went (and when it is due, when it waits for its delivery
+    time), or ROLLED_BACK with the half message."""
+    key = half.unique_key or half.offset_msg_id
+    why = "the producer answered the broker's check" if from_check else None
+    if committed is None:
+        return TraceEvent(TraceKind.ROLLED_BACK, key, now, half.topic, half.queue_id, half.queue_offset,
+                          half.offset_msg_id, reason=why)
+    timed = committed.topic == topics.TIMER_TOPIC
+    due = parse_deliver_ms(half.properties.get(topics.TIMER_DELIVER_MS)) if timed else None
+    real_topic = half.properties.get(topics.REAL_TOPIC) if timed else None
+    return TraceEvent(TraceKind.COMMITTED, key, now, committed.topic, committed.queue_id, committed.queue_offset,
+                      committed.offset_msg_id, due_ms=due, reason=why, real_topic=real_topic)
+
+
+def checked_event(again: Written, times: int, now: int) -> TraceEvent:
+    """The broker put the half message back as `again` to ask its producer (check `times`)."""
+    return TraceEvent(TraceKind.CHECKED, again.unique_key, now, again.topic, again.queue_id, again.queue_offset,
+                      again.offset_msg_id, attempt=times)
+
+
+def discarded_event(moved: Written, times: int, why: str, now: int) -> TraceEvent:
+    """The half message was moved aside (as `moved`) without an end."""
+    return TraceEvent(TraceKind.DISCARDED, moved.unique_key, now, moved.topic, moved.queue_id, moved.queue_offset,
+                      moved.offset_msg_id, attempt=times or None, reason=why)

@@ -58,7 +58,8 @@ OFFSET_HEX_DIGITS = 16  # the commit log offset's part at the end of an offset i
 KIND_CODES = {
     TraceKind.STORED: "s", TraceKind.SCHEDULED: "w", TraceKind.RELEASED: "r", TraceKind.DELIVERED: "d",
     TraceKind.ACKED: "a", TraceKind.FAILED: "f", TraceKind.INVISIBLE_TIMEOUT: "t", TraceKind.RETRY: "y",
-    TraceKind.DEAD_LETTER: "x", TraceKind.RESENT: "e", TraceKind.DUPLICATE: "u",
+    TraceKind.DEAD_LETTER: "x", TraceKind.RESENT: "e", TraceKind.DUPLICATE: "u", TraceKind.COMMITTED: "c",
+    TraceKind.ROLLED_BACK: "b", TraceKind.CHECKED: "k", TraceKind.DISCARDED: "z",
 }
 KINDS_BY_CODE = {code: kind for kind, code in KIND_CODES.items()}
 # Event line fields, by position.

@@ -182,6 +182,7 @@ class StoreLifecycle:
             ids.UniqueKeyFactory(self.store_host, self.clock))
         self._builder.timer_floor_ms = self.timer.floor_ms
         self._fit_schedule_topic()
+        self._open_halves = self._find_open_halves()
         if self._recent is not None:
             now = self.clock.now_ms()
             self._recent.add_many(self._index.key_hashes_since(now - self._recent.window_ms), now)
@@ -273,6 +274,7 @@ class StoreLifecycle:
                 if self._closed:
                     return
                 self._tracer.write()
+                self._note_transaction_progress()
                 reach, traced = self.commitlog.end, self._tracer.queued
                 dispatched = self.dispatcher.dispatched_to
                 files = self.commitlog.dirty_files() + self.queues.dirty_files() + self.index.dirty_files()

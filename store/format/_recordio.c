@@ -166,7 +166,7 @@ typedef struct {
     Py_ssize_t size;
     Py_buffer topic, born_addr, body, props;
     long queue_id, flag, sys_flag, born_port, reconsume, magic;
-    long long born_ts;
+    long long born_ts, prepared;
 } Item;
 
 static void release_item(Item *it)
@@ -178,7 +178,7 @@ static void release_item(Item *it)
 }
 
 /* item: (size, topic, queue_id, flag, sys_flag, born_ts, born_addr, born_port, reconsume, body,
- *        props, magic) */
+ *        props, magic[, prepared transaction offset]) */
 static int parse_item(PyObject *obj, Item *it)
 {
     memset(it, 0, sizeof(*it));
@@ -186,13 +186,14 @@ static int parse_item(PyObject *obj, Item *it)
         PyErr_SetString(PyExc_TypeError, "each item must be a tuple");
         return 0;
     }
-    return PyArg_ParseTuple(obj, "ny*llLLy*lly*y*l;record item", &it->size, &it->topic, &it->queue_id,
+    return PyArg_ParseTuple(obj, "ny*llLLy*lly*y*l|L;record item", &it->size, &it->topic, &it->queue_id,
                             &it->flag, &it->sys_flag, &it->born_ts, &it->born_addr, &it->born_port,
-                            &it->reconsume, &it->body, &it->props, &it->magic);
+                            &it->reconsume, &it->body, &it->props, &it->magic, &it->prepared);
 }
 
-/* parse_item for the tuples the builders make (exact bytes and ints in range), without taking
- * buffers; 0 leaves the item to parse_item, with no exception set. */
+/* parse_item for the tuples the builders make (exact bytes and ints in range, no prepared
+ * transaction offset), without taking buffers; 0 leaves the item to parse_item, with no
+ * exception set. */
 static int parse_item_fast(PyObject *obj, Item *it)
 {
     if (!PyTuple_CheckExact(obj) || PyTuple_GET_SIZE(obj) != 12)
@@ -266,7 +267,7 @@ static void write_record(unsigned char *p, const Layout *l, const Item *it, long
     put_be(q, (uint64_t)store_ts, (int)l->store_ts_size);
     q = write_host(q + l->store_ts_size, l, store_addr, store_port);
     put_be(q + l->reconsume, (uint32_t)it->reconsume, 4);
-    put_be(q + l->prepared, 0, 8);
+    put_be(q + l->prepared, (uint64_t)it->prepared, 8);
     put_be(q + l->body_len, (uint32_t)it->body.len, 4);
     q += l->tail_size;
     memcpy(q, it->body.buf, it->body.len);

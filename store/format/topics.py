@@ -27,6 +27,7 @@ ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 CLUSTER = "CLUSTER"
 TRAN_MSG = "TRAN_MSG"
 TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"  # on a half message the broker's check put back
+PRODUCER_GROUP = "PGROUP"  # on a half message: the producer group the broker asks for its outcome
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"  # 5.x: on a dead letter, the topic it was consumed from
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"  # 5.x: on a dead letter, the message id consumers saw
@@ -100,9 +101,11 @@ def validate_topic(topic: str) -> str:
 
 
 # Topics of the broker's own machinery that RocketMQ keeps producers away from.
-BROKER_TOPICS = frozenset({"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "TRANS_CHECK_MAX_TIME_TOPIC"})
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"  # half messages checked too often, discarded
+BROKER_TOPICS = frozenset({"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", TRANS_CHECK_MAX_TIME_TOPIC})
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # a transaction's half message, until its end
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"  # one record per half message settled (its queue offset)
+TRANS_CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # the broker's check progress over the half and op topics
 SYSTEM_PREFIX = "RMQ_SYS_"  # rmq_sys_wheel_timer, RMQ_SYS_TRANS_HALF_TOPIC... (either case)
 
 

@@ -37,7 +37,8 @@ STORE_HOST = HostAddress.parse("10.1.2.3:10911")
 
 
 def item_of(msg: StoredMessage) -> tuple:
-    """The encode_run item of a message, as RecordBuilder makes them."""
+    """The encode_run item of a message, as RecordBuilder makes them (with a prepared transaction
+    offset only when it has one, as a transaction's commit)."""
     topic = msg.topic.encode()
     props = msg.properties_text().encode()
     magic = msg.magic if len(topic) <= codec.MAX_TOPIC_BYTES_V1 else MAGIC_V2
@@ -48,8 +49,9 @@ def item_of(msg: StoredMessage) -> tuple:
         sys_flag |= codec.STOREHOST_V6_FLAG
     size = codec.encoded_size(len(msg.stored_body), len(topic), len(props), msg.born_host.is_ipv6,
                               msg.store_host.is_ipv6, magic)
-    return (size, topic, msg.queue_id, msg.flag, sys_flag, msg.born_timestamp, msg.born_host.address,
+    item = (size, topic, msg.queue_id, msg.flag, sys_flag, msg.born_timestamp, msg.born_host.address,
             msg.born_host.port, msg.reconsume_times, msg.stored_body, props, magic)
+    return item + (msg.prepared_transaction_offset,) if msg.prepared_transaction_offset else item
 
 
 def encode_compiled(messages: list[StoredMessage], seg_base: int = 0) -> bytes:
@@ -69,13 +71,12 @@ def encode_compiled(messages: list[StoredMessage], seg_base: int = 0) -> bytes:
 @given(stored_messages())
 def test_encode_run_writes_what_the_python_codec_writes(msg):
     msg.properties_trailing_separator = False
-    msg.prepared_transaction_offset = 0
     msg.phys_offset = 0
     compiled = encode_compiled([msg])
     assert compiled == codec.encode_fields(
         msg.queue_id, msg.flag, msg.queue_offset, 0, msg.sys_flag, msg.born_timestamp, msg.born_host,
-        msg.store_timestamp, msg.store_host, msg.reconsume_times, 0, msg.stored_body, msg.topic.encode(),
-        msg.properties_text().encode(), msg.magic)
+        msg.store_timestamp, msg.store_host, msg.reconsume_times, msg.prepared_transaction_offset, msg.stored_body,
+        msg.topic.encode(), msg.properties_text().encode(), msg.magic)
 
 
 def test_encode_run_stops_where_a_blank_would_not_fit_and_rejects_bad_items():
