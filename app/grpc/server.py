@@ -17,7 +17,6 @@ from app.grpc.messages import incoming
 from app.grpc.protocol import service_pb2 as spb
 from app.grpc.protocol import service_pb2_grpc
 from app.grpc.service import FrontParts, MessagingFront
-from store.format import topics
 
 log = logging.getLogger("mqlens.grpc")
 
@@ -91,14 +90,13 @@ class GrpcFront:
         due = await anyio.to_thread.run_sync(store.open_transactions_to_check, self.checks.after_ms,
                                              self.checks.max_checks)
         asked = 0
-        for half in due:
-            topic = half.properties.get(topics.REAL_TOPIC, half.topic)
-            producers = self.parts.hub.producers_of(topic)
+        for check in due:
+            producers = self.parts.hub.producers_of(check.real_topic)
             if not producers:
                 continue
             command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
-                message=incoming(half, topic), transaction_id=half.offset_msg_id))
-            asked += any(self.parts.hub.push(client_id, command) for client_id in producers[:1])
+                message=incoming(check.half, check.real_topic), transaction_id=check.transaction_id))
+            asked += any(self.parts.hub.push(client_id, command) for client_id in producers)
         return asked
 
 

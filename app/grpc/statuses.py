@@ -12,9 +12,12 @@ from store.errors import (
     FlowControlError,
     InvalidIdError,
     InvalidMessageError,
+    InvalidTransactionIdError,
     MessageNotFoundError,
     ReadOnlyStoreError,
     StoreError,
+    TransactionEndedError,
+    TransactionNotFoundError,
 )
 
 Code = pb.Code
@@ -40,6 +43,9 @@ OK = status(Code.OK)
 _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (RpcRefusal, Code.BAD_REQUEST),  # its own code is used
     (ReceiptHandleError, Code.INVALID_RECEIPT_HANDLE),
+    (InvalidTransactionIdError, Code.INVALID_TRANSACTION_ID),
+    (TransactionEndedError, Code.INVALID_TRANSACTION_ID),
+    (TransactionNotFoundError, Code.NOT_FOUND),
     (DiskFullError, Code.TOO_MANY_REQUESTS),
     (FlowControlError, Code.TOO_MANY_REQUESTS),
     (ReadOnlyStoreError, Code.FORBIDDEN),

@@ -151,3 +151,35 @@ def test_fifo_order_holds_per_message_group_with_groups_interleaved(official_cli
     b2 = [i for i, e in enumerate(events) if e["body"] == "acct-b:2"]
     b3 = next(i for i, e in enumerate(events) if e["body"] == "acct-b:3")
     assert len(b2) == 2 and b2[-1] < b3  # acct-b:3 waited for acct-b:2's retry
+
+
+def test_transactions_commit_roll_back_and_an_open_one_is_checked_with_the_producer(official_client, grpc_server):
+    producer = official_client("producer")
+    producer.call("producer", topics=[TOPIC], checker="commit")
+    committed = producer.call("begin", topic=TOPIC, body="committed", keys=["tx-1"])
+    rolled_back = producer.call("begin", topic=TOPIC, body="rolled back", keys=["tx-2"])
+    left_open = producer.call("begin", topic=TOPIC, body="left open", keys=["tx-3"])
+    assert committed["transaction_id"] and committed["transaction_id"] != rolled_back["transaction_id"]
+    producer.call("end", message_id=committed["message_id"], commit=True)
+    producer.call("end", message_id=rolled_back["message_id"], commit=False)
+
+    consumer = official_client("consumer")
+    consumer.call("simple", group=GROUP, subscriptions={TOPIC: "*"}, await_s=1)
+    got: dict[str, dict] = {}
+
+    def both_delivered() -> bool:
+        for msg in consumer.call("receive", max=8, invisible_s=30)["messages"]:
+            got[msg["body"]] = msg
+            consumer.call("ack", ref=msg["ref"])
+        return {"committed", "left open"} <= got.keys()
+
+    wait_until(both_delivered, 30, "the committed message and the checked one")
+    assert got["committed"]["message_id"] == committed["message_id"]
+    assert "rolled back" not in got
+    checks = [e for e in producer.call("events")["events"] if e["kind"] == "checked"]
+    assert [e["message_id"] for e in checks] == [left_open["message_id"]]
+    with grpc_server.client() as api:
+        standing = {m["message_id"]: api.get(f"/api/messages/{m['message_id']}/timeline").json()
+                    for m in (committed, rolled_back)}
+    assert standing[committed["message_id"]]["transaction"]["state"] == "committed"
+    assert standing[rolled_back["message_id"]]["transaction"]["state"] == "rolled_back"
