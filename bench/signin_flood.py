@@ -86,6 +86,7 @@ class Server:
         self.base_url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("MQLENS_")}
         env["MQLENS_BOOTSTRAP_ADMIN_TOKEN"] = ADMIN_TOKEN
+        env["MQLENS_GRPC_PORT"] = "0"  # measures the REST side only
         self.log_path = data_dir.parent / "server.log"
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(

@@ -26,6 +26,10 @@ LONG_POLLING_MS = 20_000  # what a PushConsumer is told to wait in one receive (
 BROKER_NAME = "mqlens"  # the broker name routes give
 
 
+class GrpcListenError(RuntimeError):
+    """The front's port cannot be bound."""
+
+
 @dataclass(frozen=True)
 class Listen:
     host: str
@@ -55,12 +59,16 @@ class GrpcFront:
                                           ("grpc.so_reuseport", 0)])
         service_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingFront(self.parts), server)
         address = f"{self.listen.host}:{self.listen.port}"
-        if self.listen.tls_cert is not None:
-            credentials = grpc.ssl_server_credentials(
-                [(self.listen.tls_key.read_bytes(), self.listen.tls_cert.read_bytes())])
-            port = server.add_secure_port(address, credentials)
-        else:
-            port = server.add_insecure_port(address)
+        try:
+            if self.listen.tls_cert is not None:
+                credentials = grpc.ssl_server_credentials(
+                    [(self.listen.tls_key.read_bytes(), self.listen.tls_cert.read_bytes())])
+                port = server.add_secure_port(address, credentials)
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError:
+            raise GrpcListenError(f"the gRPC front cannot listen on {address}: the port is in use or not allowed "
+                                  "(--grpc-port N moves it, --grpc-port 0 turns it off)") from None
         await server.start()
         self._server, self.port = server, port
         loop = asyncio.get_running_loop()

@@ -219,10 +219,12 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
                                  born_host=caller.address, now_ms=store.clock.now_ms())
         message = sent.message
         self.parts.access.may_produce(principal, message.topic)
-        try:
-            config = store.metadata.topic_for_send(message.topic)
-        except Exception as exc:
-            raise RpcRefusal(Code.TOPIC_NOT_FOUND, str(exc)) from None
+        config = store.metadata.topic(message.topic)
+        if config is None:  # created by its first send: the topic file is written off the loop
+            try:
+                config = await anyio.to_thread.run_sync(store.metadata.topic_for_send, message.topic)
+            except Exception as exc:
+                raise RpcRefusal(Code.TOPIC_NOT_FOUND, str(exc)) from None
         if not config.writable:
             raise RpcRefusal(Code.FORBIDDEN, f"topic {message.topic} does not accept messages (no write permission)")
         if sent.message_group is not None:

@@ -47,3 +47,17 @@ def test_a_client_without_tls_cannot_send_to_the_tls_port(tls_server, tmp_path):
             client.call("send", topic="Secure", body="in the clear")
     finally:
         client.close()
+
+
+def test_a_busy_grpc_port_stops_the_start_with_a_clear_message(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = LiveServer(tmp_path / "data", tmp_path / "server.log", settings={"grpc_port": port})
+        with server:
+            with pytest.raises(AssertionError, match="server exited"):
+                server.start()
+            assert f"the gRPC front cannot listen on 127.0.0.1:{port}" in server.log_text()
