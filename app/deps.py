@@ -9,6 +9,7 @@ import anyio
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.services.client_sessions import ClientSessions
 from app.services.flow import PutGate
 from app.services.pipeline_command import PipelineSetup
 from app.services.pipeline_runner import PipelineRunner
@@ -52,6 +53,10 @@ async def get_pipeline_runner(request: Request) -> PipelineRunner:
     return request.app.state.pipeline_runner
 
 
+async def get_client_sessions(request: Request) -> ClientSessions:
+    return request.app.state.client_sessions
+
+
 StoreDep = Annotated[MessageStore, Depends(get_store)]
 SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
 ClockDep = Annotated[Clock, Depends(get_clock)]
@@ -61,3 +66,4 @@ ReceiveThreadsDep = Annotated[anyio.CapacityLimiter, Depends(get_receive_threads
 ConfigLockDep = Annotated[threading.Lock, Depends(get_config_lock)]
 PipelineSetupDep = Annotated[PipelineSetup, Depends(get_pipeline_setup)]
 PipelineRunnerDep = Annotated[PipelineRunner, Depends(get_pipeline_runner)]
+ClientSessionsDep = Annotated[ClientSessions, Depends(get_client_sessions)]

@@ -55,7 +55,7 @@ EVENT_HOP_KINDS = {
     TraceKind.STORED: "produced", TraceKind.SCHEDULED: "scheduled", TraceKind.RELEASED: "released",
     TraceKind.DELIVERED: "delivered", TraceKind.ACKED: "consumed", TraceKind.FAILED: "failed",
     TraceKind.INVISIBLE_TIMEOUT: "failed", TraceKind.RETRY: "retry_scheduled", TraceKind.DEAD_LETTER: "dead_lettered",
-    TraceKind.RESENT: "resent", TraceKind.DUPLICATE: "duplicate",
+    TraceKind.RESENT: "resent", TraceKind.DUPLICATE: "duplicate", TraceKind.INVISIBLE_CHANGED: "invisible_changed",
 }
 
 

@@ -52,7 +52,7 @@ from store.broker.pull import TagFilter, check_consumable
 from store.broker.receipt import ReceiptHandleError, decode_handle, new_handle
 from store.broker.retired_handles import RetiredHandles
 from store.broker.retry import retry_delay_level, with_retry_origin
-from store.broker.trace import TraceEvent, TraceKind
+from store.broker.trace import TraceEvent, TraceKind, client_label
 from store.errors import StoreError
 from store.format import topics
 from store.format.codec import StoredMessage
@@ -144,17 +144,19 @@ class PopService:
 
     # -- receive -----------------------------------------------------------------------------
     def receive(self, group: str, topic: str, max_messages: int, invisible_ms: int, tags: str | None = None,
-                wait_ms: int = 0) -> list[Received]:
+                wait_ms: int = 0, client: str | None = None) -> list[Received]:
+        """`client`, when given, is named by the DELIVERED events (the receiving client's id)."""
         consuming_group(group)
         _check_int("max_messages", max_messages, 1, MAX_MESSAGES)
         _check_int("invisible_ms", invisible_ms, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
         _check_int("wait_ms", wait_ms, 0, MAX_WAIT_MS)
         accepts = _tag_filter(tags)
+        client = client_label(client)
         store = self._store
         deadline = self.wait_clock() + wait_ms / 1000
         with store._writing():
             while True:
-                received, more_to_scan = self._receive_now(group, topic, max_messages, invisible_ms, accepts)
+                received, more_to_scan = self._receive_now(group, topic, max_messages, invisible_ms, accepts, client)
                 remaining = deadline - self.wait_clock()
                 if received or remaining <= 0:
                     return received
@@ -163,8 +165,8 @@ class PopService:
                 if store._closed:
                     raise StoreError("the store is closed")
 
-    def _receive_now(self, group: str, topic: str, want: int, invisible_ms: int,
-                     accepts: TagFilter) -> tuple[list[Received], bool]:
+    def _receive_now(self, group: str, topic: str, want: int, invisible_ms: int, accepts: TagFilter,
+                     client: str | None) -> tuple[list[Received], bool]:
         """Copies waiting in the group's pop retry topic (resent dead letters) first, then the topic."""
         store = self._store
         group_config = store.metadata.group(group)
@@ -179,13 +181,14 @@ class PopService:
         for source in (retry, config):
             if source is None or len(received) == want:
                 continue
-            got, more = self._receive_from(group_config, source, want - len(received), invisible_ms, accepts)
+            got, more = self._receive_from(group_config, source, want - len(received), invisible_ms, accepts,
+                                           client)
             received += got
             more_to_scan = more_to_scan or more
         return received, more_to_scan
 
     def _receive_from(self, group_config: GroupConfig, config: TopicConfig, want: int, invisible_ms: int,
-                      accepts: TagFilter) -> tuple[list[Received], bool]:
+                      accepts: TagFilter, client: str | None) -> tuple[list[Received], bool]:
         store = self._store
         now = store.clock.now_ms()
         sub = self.state.subscription(group_config.name, config.name)
@@ -206,7 +209,8 @@ class PopService:
         if self._tracing(sub):
             events += [TraceEvent(TraceKind.DELIVERED, entry.unique_key, now, config.name, entry.queue_id,
                                   entry.queue_offset, entry.offset_msg_id, group=group_config.name,
-                                  attempt=entry.attempt, reconsume_times=entry.attempt - 1, due_ms=entry.due_ms)
+                                  attempt=entry.attempt, reconsume_times=entry.attempt - 1, due_ms=entry.due_ms,
+                                  client=client)
                        for entry, _ in taken]
             store._trace(events, now)
         return received, more_to_scan
@@ -303,14 +307,18 @@ class PopService:
             return None
 
     # -- ack, nack, change_invisible ---------------------------------------------------------
-    def ack(self, group: str, receipt_handle: str) -> None:
-        [refused] = self.ack_many(group, [receipt_handle])
+    def ack(self, group: str, receipt_handle: str, client: str | None = None) -> None:
+        [refused] = self.ack_many(group, [receipt_handle], client)
         if refused is not None:
             raise refused
 
-    def ack_many(self, group: str, receipt_handles: list[str]) -> list[ReceiptHandleError | None]:
+    def ack_many(self, group: str, receipt_handles: list[str], client: str | None = None
+                 ) -> list[ReceiptHandleError | None]:
         """Acknowledge several deliveries at once (one lock, one trace write): for each handle,
-        None when it was acknowledged, else the error that refused it."""
+        None when it was acknowledged, else the error that refused it. `client`, when given, is
+        named by the ACKED events (the acknowledging client's id), as by nack's and
+        change_invisible's events."""
+        client = client_label(client)
         store = self._store
         with store._writing():
             now = store.clock.now_ms()
@@ -330,16 +338,17 @@ class PopService:
                 if self._tracing(sub):
                     events.append(TraceEvent(TraceKind.ACKED, entry.unique_key, now, sub.topic, entry.queue_id,
                                              entry.queue_offset, entry.offset_msg_id, group=group,
-                                             attempt=entry.attempt))
+                                             attempt=entry.attempt, client=client))
             for sub, queue_ids in touched.values():
                 self.state_file.mark_changed()
                 self._commit(sub, queue_ids)
             store._trace(events, now)
             return outcomes
 
-    def nack(self, group: str, receipt_handle: str, reason: str | None = None) -> None:
+    def nack(self, group: str, receipt_handle: str, reason: str | None = None, client: str | None = None) -> None:
         """The consumer failed the message: it is delivered again after the backoff, or dead-lettered."""
         reason = _check_reason(reason)
+        client = client_label(client)
         store = self._store
         with store._writing():
             now = store.clock.now_ms()
@@ -352,22 +361,29 @@ class PopService:
                 store.metadata.topic_for_send(topics.dlq_topic(group))
             events: list[TraceEvent] = []
             self._retire(receipt_handle, "receipt handle no longer valid: the message was already nacked")
-            self._fail(sub, entry, now, reason, group_config, now, events, timed_out=False)
+            self._fail(sub, entry, now, reason, group_config, now, events, timed_out=False, client=client)
             self.state_file.mark_changed()
             self._commit(sub, {entry.queue_id})
             store._trace(events, now)
 
-    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> str:
+    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int, client: str | None = None) -> str:
         """Make the message invisible for `invisible_ms` from now, within the same delivery
-        attempt. Returns the new handle; the old one is refused afterwards."""
+        attempt (an INVISIBLE_CHANGED event). Returns the new handle; the old one is refused
+        afterwards."""
         _check_int("invisible_ms", invisible_ms, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
+        client = client_label(client)
         store = self._store
         with store._writing():
             now = store.clock.now_ms()
             sub, entry = self._current(group, receipt_handle, now)
             self._retire(receipt_handle, "stale receipt handle: change_invisible replaced it with a new one")
             self.state_file.mark_changed()
-            return self._issue_handle(sub, entry, now, invisible_ms)
+            handle = self._issue_handle(sub, entry, now, invisible_ms)
+            if self._tracing(sub):
+                store._trace([TraceEvent(TraceKind.INVISIBLE_CHANGED, entry.unique_key, now, sub.topic, entry.queue_id,
+                                         entry.queue_offset, entry.offset_msg_id, group=group, attempt=entry.attempt,
+                                         due_ms=entry.due_ms, client=client)], now)
+            return handle
 
     def _current(self, group: str, text: str, now: int) -> tuple[Subscription, InFlight]:
         """The subscription and entry whose current, unexpired handle `text` is."""
@@ -429,7 +445,8 @@ class PopService:
         return expired
 
     def _fail(self, sub: Subscription, entry: InFlight, failed_at: int, reason: str | None,
-              group_config: GroupConfig, now: int, events: list[TraceEvent], *, timed_out: bool) -> None:
+              group_config: GroupConfig, now: int, events: list[TraceEvent], *, timed_out: bool,
+              client: str | None = None) -> None:
         """Attempt `entry.attempt` failed at `failed_at`: by a nack with `reason`, or its invisible time ran out."""
         entry.receipt_handle = None
         entry.last_failure = reason or (TIMEOUT_REASON if timed_out else "the consumer reported a failure")
@@ -439,7 +456,7 @@ class PopService:
             kind = TraceKind.INVISIBLE_TIMEOUT if timed_out else TraceKind.FAILED
             events.append(TraceEvent(kind, entry.unique_key, failed_at, sub.topic, entry.queue_id,
                                      entry.queue_offset, entry.offset_msg_id, group=sub.group, attempt=entry.attempt,
-                                     due_ms=None if dead else retry_at, reason=reason))
+                                     due_ms=None if dead else retry_at, reason=reason, client=client))
         if dead and self._dead_letter(sub, entry, now, events):
             return
         entry.due_ms = retry_at

@@ -27,6 +27,7 @@ class TraceKind(StrEnum):
     DEAD_LETTER = "dead_letter"  # moved to %DLQ%group (reason)
     RESENT = "resent"  # an operator sent a dead letter back to its topic
     DUPLICATE = "duplicate"  # a producer resent a message already stored (not stored again)
+    INVISIBLE_CHANGED = "invisible_changed"  # a consumer moved a received message's invisible time (to due_ms)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class TraceEvent:
     due_ms: int | None = None
     reason: str | None = None
     real_topic: str | None = None  # where a scheduled copy goes when it is due
+    client: str | None = None  # the client that sent, received, acked... it (a RocketMQ 5 client's id)
 
     def to_json(self) -> dict:
         values = {name: getattr(self, name) for name in _FIELD_NAMES}
@@ -58,6 +60,12 @@ class TraceEvent:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(TraceEvent))
+MAX_CLIENT_CHARS = 256
+
+
+def client_label(client: object) -> str | None:
+    """What an event keeps of the client a caller names: None for none, else its text, bounded."""
+    return str(client)[:MAX_CLIENT_CHARS] if client else None
 
 
 def decode_trace(msg: StoredMessage) -> TraceEvent | None:

@@ -68,27 +68,30 @@ class Consuming:
             self.offsets.commit(topic, group, queue_id, offset)
 
     def receive(self, group: str, topic: str, max_messages: int, invisible_ms: int, tags: str | None = None,
-                wait_ms: int = 0) -> list[Received]:
+                wait_ms: int = 0, client: str | None = None) -> list[Received]:
         """Up to `max_messages` messages of `topic` not yet handed out to `group`, each invisible
-        to the group for `invisible_ms`; waits up to `wait_ms` (real time) when there are none."""
-        received = self.pop.receive(group, topic, max_messages, invisible_ms, tags, wait_ms)
+        to the group for `invisible_ms`; waits up to `wait_ms` (real time) when there are none.
+        `client` (a RocketMQ 5 client's id), here and in ack, nack and change_invisible, is
+        named by the trace events of the call; never written in a message record."""
+        received = self.pop.receive(group, topic, max_messages, invisible_ms, tags, wait_ms, client)
         self.stats.count_delivered(len(received))
         return received
 
-    def ack(self, group: str, receipt_handle: str) -> None:
-        self.pop.ack(group, receipt_handle)
+    def ack(self, group: str, receipt_handle: str, client: str | None = None) -> None:
+        self.pop.ack(group, receipt_handle, client)
         self.stats.count_acked(1)
 
-    def ack_many(self, group: str, receipt_handles: list[str]) -> list[ReceiptHandleError | None]:
-        outcomes = self.pop.ack_many(group, receipt_handles)
+    def ack_many(self, group: str, receipt_handles: list[str], client: str | None = None
+                 ) -> list[ReceiptHandleError | None]:
+        outcomes = self.pop.ack_many(group, receipt_handles, client)
         self.stats.count_acked(outcomes.count(None))
         return outcomes
 
-    def nack(self, group: str, receipt_handle: str, reason: str | None = None) -> None:
-        self.pop.nack(group, receipt_handle, reason)
+    def nack(self, group: str, receipt_handle: str, reason: str | None = None, client: str | None = None) -> None:
+        self.pop.nack(group, receipt_handle, reason, client)
 
-    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> str:
-        return self.pop.change_invisible(group, receipt_handle, invisible_ms)
+    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int, client: str | None = None) -> str:
+        return self.pop.change_invisible(group, receipt_handle, invisible_ms, client)
 
     def revive_due(self) -> int:
         """Redeliver or dead-letter the received messages whose invisible time ran out."""
