@@ -52,6 +52,12 @@ class Settings(BaseSettings):
     max_pending_puts: int = Field(256, ge=0)  # puts in progress at once; beyond it: 429
     # Receives in progress at once, each on a worker thread of its own (long polls wait there); beyond it: 429.
     max_receives: int = Field(64, ge=1)
+    # The RocketMQ 5 clients on the Clients page: one silent this long (they send a heartbeat every
+    # 10 s) is shown as gone, and forgotten client_forget_s later; at most max_client_sessions are
+    # kept (the gone ones dropped first).
+    client_silent_s: int = Field(120, ge=10, le=86_400)
+    client_forget_s: int = Field(3600, ge=0, le=7 * 86_400)
+    max_client_sessions: int = Field(10_000, ge=1, le=1_000_000)
     # Worker threads for the other requests that block (the store, the database, page rendering).
     # The interpreter runs one at a time, so more only raise the memory held at the busiest moment.
     request_threads: int = Field(16, ge=1, le=1024)

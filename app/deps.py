@@ -9,6 +9,7 @@ import anyio
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.services.client_sessions import ClientSessions
 from app.services.credential_verifier import CredentialVerifier
 from app.services.flow import PutGate
 from app.services.pipeline_command import PipelineSetup
@@ -55,6 +56,8 @@ async def get_pipeline_runner(request: Request) -> PipelineRunner:
 
 async def get_credential_verifier(request: Request) -> CredentialVerifier:
     return request.app.state.credential_verifier
+async def get_client_sessions(request: Request) -> ClientSessions:
+    return request.app.state.client_sessions
 
 
 StoreDep = Annotated[MessageStore, Depends(get_store)]
@@ -67,3 +70,4 @@ ConfigLockDep = Annotated[threading.Lock, Depends(get_config_lock)]
 PipelineSetupDep = Annotated[PipelineSetup, Depends(get_pipeline_setup)]
 PipelineRunnerDep = Annotated[PipelineRunner, Depends(get_pipeline_runner)]
 CredentialVerifierDep = Annotated[CredentialVerifier, Depends(get_credential_verifier)]
+ClientSessionsDep = Annotated[ClientSessions, Depends(get_client_sessions)]

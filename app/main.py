@@ -35,6 +35,7 @@ from app.pages import admin as admin_page
 from app.pages import analytics as analytics_page
 from app.pages import audit as audit_page
 from app.pages import client_credentials as client_credentials_page
+from app.pages import clients as clients_page
 from app.pages import config as config_page
 from app.pages import dashboard as dashboard_page
 from app.pages import dead_letters as dead_letters_page
@@ -51,6 +52,7 @@ from app.routes import accounts as accounts_routes
 from app.routes import audit as audit_routes
 from app.routes import auth as auth_routes
 from app.routes import client_credentials as client_credential_routes
+from app.routes import clients as clients_routes
 from app.routes import config as config_routes
 from app.routes import dead_letters as dead_letter_routes
 from app.routes import docs, groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
@@ -286,15 +288,17 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.principal_cache = PrincipalCache(clock)
     app.state.dead_letters = DeadLetterCache()
     app.state.rates = RateSampler()  # messages/s on the dashboard
-    app.state.client_sessions = ClientSessions(clock)
+    app.state.client_sessions = ClientSessions(clock, silent_after_ms=settings.client_silent_s * 1000,
+                                               forget_after_ms=settings.client_forget_s * 1000,
+                                               max_sessions=settings.max_client_sessions)
     app.state.metrics_registry = metrics_registry(lambda: app.state.store)
     install_error_handlers(app)
     # The producers' and consumers' routes first: a request is matched against the routes in order.
     for module in (health, messages, receive, auth_routes, accounts_routes, dead_letter_routes, topics, groups,
-                   config_routes, queue_view, timeline, resend, lookup, docs, metrics_routes, dashboard_page,
-                   search_page, message_page, timeline_page, topics_page, groups_page, dead_letters_page,
-                   redrive_routes, redrive_page, config_page, audit_routes, audit_page, pipeline_routes,
-                   analytics_page, admin_page, client_credential_routes, client_credentials_page):
+                   config_routes, queue_view, timeline, resend, lookup, clients_routes, docs, metrics_routes,
+                   dashboard_page, search_page, message_page, timeline_page, topics_page, groups_page, clients_page,
+                   dead_letters_page, redrive_routes, redrive_page, config_page, audit_routes, audit_page,
+                   pipeline_routes, analytics_page, admin_page, client_credential_routes, client_credentials_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
     app.add_middleware(JsonContentTypeMiddleware, refuse=_refuse_media_type)

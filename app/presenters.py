@@ -1,10 +1,14 @@
-"""Plain-data views of store objects, shared by the command line and the REST API."""
+"""Plain-data views of store objects and of the clients the gRPC front reports, shared by the
+command line, the REST API and the pages."""
 
 from __future__ import annotations
 
 import base64
+from dataclasses import asdict
 
+from app.config import Settings
 from app.masking import Body, show_all
+from app.services.client_sessions import ClientSession, ClientSessions
 from store.broker.pop import Received
 from store.format.codec import StoredMessage
 from store.format.topics import message_copy_kind
@@ -75,3 +79,30 @@ def received_dict(received: Received) -> dict:
     data["delivery_attempt"] = received.delivery_attempt
     data["invisible_until_ms"] = received.invisible_until_ms
     return data
+
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def grpc_access(settings: Settings) -> dict:
+    """Where a RocketMQ 5 client connects: the endpoint to give it, or none when the front is off."""
+    if not settings.grpc_port:
+        return {"on": False, "endpoint": None, "beyond_loopback": False}
+    host = "127.0.0.1" if settings.host in WILDCARD_HOSTS else settings.host
+    if ":" in host:
+        host = f"[{host}]"
+    return {"on": True, "endpoint": f"{host}:{settings.grpc_port}",
+            "beyond_loopback": settings.listens_beyond_loopback()}
+
+
+def client_row(client: ClientSession) -> dict:
+    return {**asdict(client), "topics": list(client.topics)}
+
+
+def client_rows(sessions: ClientSessions, *, group: str | None = None, topic: str | None = None) -> list[dict]:
+    return [client_row(c) for c in sessions.snapshot(group=group, topic=topic)]
+
+
+def client_counts(sessions: ClientSessions) -> dict:
+    counts = sessions.counts()
+    return {**asdict(counts), "online": counts.online}

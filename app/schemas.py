@@ -161,6 +161,42 @@ class GroupsResponse(BaseModel):
     groups: list[GroupOut]
 
 
+class ClientOut(BaseModel):
+    """A RocketMQ 5 client connected through the gRPC front."""
+
+    client_id: str = Field(description="The id the client sends with every call (x-mq-client-id).")
+    state: Literal["online", "gone"] = Field(description="gone: it shut down, or has not called for a while.")
+    kind: str | None = Field(description="producer, push_consumer or simple_consumer; null until it tells.")
+    group: str | None = Field(description="A consumer's group.")
+    topics: list[str] = Field(description="A producer's topics.")
+    subscriptions: dict[str, str] = Field(description="A consumer's topics and their filter expressions.")
+    language: str | None
+    version: str | None = Field(description="The client library's version.")
+    address: str | None = Field(description="Where its calls come from (host:port).")
+    first_seen_ms: int
+    last_seen_ms: int = Field(description="Its last call of any kind.")
+    last_heartbeat_ms: int | None
+    settings_at_ms: int | None = Field(description="When it last sent its settings.")
+    in_flight_receives: int
+    gone_at_ms: int | None
+    gone_why: Literal["terminated", "silent"] | None
+
+
+class ClientCountsOut(BaseModel):
+    online: int
+    producers: int = Field(description="Online producers.")
+    consumers: int = Field(description="Online push and simple consumers.")
+    others: int = Field(description="Online clients that have not told what they are yet.")
+    gone: int
+
+
+class ClientsResponse(BaseModel):
+    ok: Literal[True] = True
+    clients: list[ClientOut]
+    counts: ClientCountsOut = Field(description="Of every client known, whatever the filter.")
+    grpc_endpoint: str | None = Field(description="Where RocketMQ 5 clients connect; null when the gRPC front is off.")
+
+
 class GroupResponse(BaseModel):
     ok: Literal[True] = True
     group: GroupOut
@@ -319,7 +355,8 @@ class TraceEventOut(BaseModel):
     """One lifecycle event; unset fields are left out."""
 
     kind: Literal["stored", "scheduled", "released", "delivered", "acked", "failed", "invisible_timeout", "retry",
-                  "dead_letter", "resent", "duplicate", "committed", "rolled_back", "checked", "discarded"]
+                  "dead_letter", "resent", "duplicate", "committed", "rolled_back", "checked", "discarded",
+                  "invisible_changed"]
     unique_key: str
     at_ms: int
     topic: str | None = None
@@ -332,6 +369,8 @@ class TraceEventOut(BaseModel):
     due_ms: int | None = None
     reason: str | None = None
     real_topic: str | None = None
+    client: str | None = Field(None, description="The RocketMQ 5 client (its client id) that sent, received, "
+                               "acknowledged, failed or postponed it; unset for REST callers.")
     derived: bool = Field(description="True: no event was recorded; this one is made from the stored record.")
 
 
@@ -339,7 +378,7 @@ class HopOut(BaseModel):
     """One hop of a message's life; unset fields are left out."""
 
     kind: Literal["produced", "scheduled", "released", "delivered", "consumed", "failed", "retry_scheduled",
-                  "redelivered", "dead_lettered", "resent", "duplicate", "sent", "transaction"]
+                  "redelivered", "dead_lettered", "resent", "duplicate", "sent", "transaction", "invisible_changed"]
     label: str = Field(description="The kind in words, e.g. 'retry scheduled'.")
     time_ms: int
     detail: str = Field(description="What happened, in words.")
@@ -354,6 +393,7 @@ class HopOut(BaseModel):
     delay_level: int | None = None
     due_ms: int | None = Field(None, description="When the scheduled copy or the next attempt is due.")
     reason: str | None = None
+    client: str | None = Field(None, description="The RocketMQ 5 client (its client id) the hop names.")
 
 
 class VerdictOut(BaseModel):

@@ -57,6 +57,7 @@ EVENT_HOP_KINDS = {
     TraceKind.INVISIBLE_TIMEOUT: "failed", TraceKind.RETRY: "retry_scheduled", TraceKind.DEAD_LETTER: "dead_lettered",
     TraceKind.RESENT: "resent", TraceKind.DUPLICATE: "duplicate", TraceKind.COMMITTED: "produced",
     TraceKind.ROLLED_BACK: "transaction", TraceKind.CHECKED: "transaction", TraceKind.DISCARDED: "transaction",
+    TraceKind.INVISIBLE_CHANGED: "invisible_changed",
 }
 
 

@@ -24,6 +24,7 @@ EVENT_FIELDS = (
     ("kind", "STRING"), ("unique_key", "STRING"), ("at_ms", "BIGINT"), ("topic", "STRING"), ("queue_id", "INT"),
     ("queue_offset", "BIGINT"), ("offset_msg_id", "STRING"), ("group", "STRING"), ("attempt", "INT"),
     ("reconsume_times", "INT"), ("due_ms", "BIGINT"), ("reason", "STRING"), ("real_topic", "STRING"),
+    ("client", "STRING"),
 )
 EVENT_DDL = ", ".join(f"`{name}` {kind}" for name, kind in EVENT_FIELDS)
 KINDS = tuple(kind.value for kind in TraceKind)
@@ -98,6 +99,7 @@ def _packed_records(trace: DataFrame) -> DataFrame:
         "due_ms": F.when(at_ms.isNull(), number(pack.DUE)).otherwise(at_ms + number(pack.DUE)),
         "reason": text(part(pack.REASON)),
         "real_topic": named(pack.REAL_TOPIC),
+        "client": named(pack.CLIENT),
     }
     decoded = rows.select("trace_phys_offset", "trace_position",
                           *[event[name].cast(kind).alias(name) for name, kind in EVENT_FIELDS])

@@ -219,7 +219,7 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming, Transacti
         new_hash = self._certainly_new(message, key) if key is not None else None
         earlier = self._stored_recently(message, key, now) if key is not None and new_hash is None else None
         if earlier is not None:  # stored before: only its duplicate event is new
-            self._trace([duplicate_event(key, earlier, now)], now)
+            self._trace([duplicate_event(key, earlier, now, message.client)], now)
             return earlier
         result = self._append_one(self._builder.build_one(message, now), now)
         if key is not None:
@@ -328,7 +328,7 @@ class MessageStore(StoreLifecycle, BackgroundWork, Lookups, Consuming, Transacti
         if len(new_hashes):
             self._recent.add_many(new_hashes, now)
         events = self._put_events(written, stored, now)
-        events += [duplicate_event(results[i].unique_key, results[i], now) for i in sorted(skipped)]
+        events += [duplicate_event(results[i].unique_key, results[i], now, batch[i].client) for i in sorted(skipped)]
         self._trace(events, now)
         return results
 

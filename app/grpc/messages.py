@@ -163,9 +163,7 @@ def outgoing(message: pb.Message, *, max_body_bytes: int, born_host: str | None,
     born_ms = timestamp_ms(system.born_timestamp) if system.HasField("born_timestamp") else now_ms
     new = NewMessage(topic=topic, body=body, tags=_tag(system), keys=_keys(system), properties=properties,
                      born_timestamp=born_ms if born_ms > 0 else now_ms, born_host=born_host,
-                     unique_key=_message_id(system))
-    if client is not None:
-        new.client = client
+                     unique_key=_message_id(system), client=client)
     return Outgoing(new, message_type, group)
 
 

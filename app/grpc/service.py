@@ -216,7 +216,7 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
             raise RpcRefusal(Code.BAD_REQUEST, "one message per SendMessage")
         store = self.parts.store
         sent = messages.outgoing(request.messages[0], max_body_bytes=self.parts.limits.max_body_bytes,
-                                 born_host=caller.address, now_ms=store.clock.now_ms())
+                                 born_host=caller.address, now_ms=store.clock.now_ms(), client=caller.client_id)
         message = sent.message
         self.parts.access.may_produce(principal, message.topic)
         config = store.metadata.topic(message.topic)
@@ -278,9 +278,9 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             wait_ms = max(0, min(wait_ms, int(remaining * 1000) - DEADLINE_MARGIN_MS))
-        receive = partial(self.parts.store.receive, group, topic, batch, invisible_ms, tags, wait_ms,
-                          backoff_after_timeout=False)
         client_id = caller.client_id
+        receive = partial(self.parts.store.receive, group, topic, batch, invisible_ms, tags, wait_ms, client_id,
+                          backoff_after_timeout=False)
         if client_id:
             self.parts.clients.receive_started(client_id)
         try:
@@ -305,7 +305,7 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
 
     @unary(spb.AckMessageResponse, _counter)
     async def AckMessage(self, request, context):
-        _, principal = self._caller(context)
+        caller, principal = self._caller(context)
         group = _group_name(request.group)
         topic = _topic_name(request.topic)
         self.parts.access.may_consume(principal, group, topic)
@@ -315,7 +315,7 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
         handles = [e.receipt_handle for e in entries]
         for handle in handles:
             self.parts.renewer.release(handle)
-        refusals = await anyio.to_thread.run_sync(self.parts.store.ack_many, group, handles)
+        refusals = await anyio.to_thread.run_sync(self.parts.store.ack_many, group, handles, caller.client_id)
         results = [spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle,
                                              status=OK if refused is None else status_of(refused))
                    for e, refused in zip(entries, refusals, strict=True)]
@@ -330,7 +330,7 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
 
     @unary(spb.ChangeInvisibleDurationResponse, _counter)
     async def ChangeInvisibleDuration(self, request, context):
-        _, principal = self._caller(context)
+        caller, principal = self._caller(context)
         group = _group_name(request.group)
         topic = _topic_name(request.topic)
         self.parts.access.may_consume(principal, group, topic)
@@ -338,7 +338,7 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
                                   MAX_INVISIBLE_MS, Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration")
         self.parts.renewer.release(request.receipt_handle)
         handle = await anyio.to_thread.run_sync(self.parts.store.change_invisible, group, request.receipt_handle,
-                                                invisible_ms)
+                                                invisible_ms, caller.client_id)
         return spb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
 
     @unary(spb.ForwardMessageToDeadLetterQueueResponse, _counter)

@@ -1,5 +1,6 @@
 """Console pages: the dashboard at / (and /dashboard): the store's size, segments, dispatch lag,
-messages per second in and out, dead letters; its cards re-fetched every few seconds by htmx."""
+messages per second in and out, dead letters, RocketMQ 5 clients online; its cards re-fetched
+every few seconds by htmx."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fastapi import APIRouter, Request
 
 from app.deps import StoreDep
 from app.pages import RendererDep
+from app.presenters import client_counts
 from app.security import READ
 from app.services.store_status import store_status
 
@@ -21,7 +23,7 @@ def dashboard_data(request: Request, store) -> dict:
     now_ms = request.app.state.clock.now_ms()
     rates = request.app.state.rates.rates(store.stats, now_ms)
     return {"nav": "dashboard", "now_ms": now_ms, "status": asdict(store_status(store)), "rates": asdict(rates),
-            "refresh_seconds": REFRESH_SECONDS}
+            "clients": client_counts(request.app.state.client_sessions), "refresh_seconds": REFRESH_SECONDS}
 
 
 @router.get("/", dependencies=[READ])

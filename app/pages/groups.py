@@ -9,10 +9,11 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse
 
-from app.deps import ClockDep, SessionsDep, StoreDep
+from app.deps import ClientSessionsDep, ClockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
 from app.pages.params import optional_int, optional_time_ms
 from app.pages.topics import topic_url
+from app.presenters import client_rows, grpc_access
 from app.security import READ, Configurer
 from app.services import groups as groups_service
 from app.services import offset_reset
@@ -38,16 +39,19 @@ def reset_topics(store, offsets: list) -> tuple[list[str], list[str]]:
 
 
 @router.get("/groups/{group}", dependencies=[READ])
-def group_page(group: str, request: Request, store: StoreDep, renderer: RendererDep, saved: str | None = None,
-               reset: str | None = None):
-    data = group_detail(store, group, request.app.state.clock.now_ms())
+def group_page(group: str, request: Request, store: StoreDep, renderer: RendererDep, clients: ClientSessionsDep,
+               saved: str | None = None, reset: str | None = None):
+    now_ms = request.app.state.clock.now_ms()
+    connected = client_rows(clients, group=group)
+    data = group_detail(store, group, now_ms, known_elsewhere=bool(connected))
     dlq = data["dead_letters"]["topic"]
     links = {"dlq_topic_url": topic_url(dlq) if data["dead_letters"]["queues"] else None,
              "dlq_inbox_url": f"/groups/{quote(group, safe='')}/dead-letters"}
     consumed, others = reset_topics(store, data["offsets"])
     done = {"settings_saved": saved == "settings", "reset_topic": reset if reset in consumed + others else None}
-    return renderer.page(request, "groups/group.html", {"nav": "groups", "group": data, "topics": consumed + others,
-                                                        "consumed_topics": consumed, **done, **links})
+    return renderer.page(request, "groups/group.html", {
+        "nav": "groups", "group": data, "topics": consumed + others, "consumed_topics": consumed, **done, **links,
+        "now_ms": now_ms, "clients": connected, "grpc": grpc_access(request.app.state.settings)})
 
 
 @router.post("/groups/{group}/settings")

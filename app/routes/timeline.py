@@ -20,10 +20,11 @@ router = APIRouter(tags=["messages"])
 def timeline(message_id: MessageIdPath, store: StoreDep) -> dict:
     """Every recorded event of a message, oldest first, across its copies (original, scheduled,
     retry, dead letter, resent): stored, scheduled, released, delivered, acked, failed,
-    invisible_timeout, retry, dead_letter, resent, duplicate. `message_id` is its unique key or
-    the offset message id of any copy. With no event recorded, an offset id of a stored message
-    answers one event made from the record (`"derived": true`), a unique key none; an id that
-    names no message is 404.
+    invisible_timeout, invisible_changed, retry, dead_letter, resent, duplicate; `client` names
+    the RocketMQ 5 client that sent, received, acknowledged, failed or postponed it (REST
+    callers are not named). `message_id` is its unique key or the offset message id of any copy.
+    With no event recorded, an offset id of a stored message answers one event made from the
+    record (`"derived": true`), a unique key none; an id that names no message is 404.
 
     `hops` are the message's hops in time order (produced, delivered, failed, retry_scheduled,
     redelivered, dead_lettered, resent, consumed...) and `verdicts` where it stands for each

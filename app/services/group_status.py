@@ -149,13 +149,14 @@ def group_rows(store: MessageStore) -> list[dict]:
     return rows
 
 
-def group_detail(store: MessageStore, group: str, now_ms: int) -> dict:
+def group_detail(store: MessageStore, group: str, now_ms: int, *, known_elsewhere: bool = False) -> dict:
     """One group: settings, lag per queue, retry backlog per delay level, retry topic and DLQ.
-    A valid name the store knows nothing of (not even retries waiting): NotFoundError."""
+    A valid name the store knows nothing of (not even retries waiting), unless the caller knows
+    of it (`known_elsewhere`: clients of the group are connected): NotFoundError."""
     checked_group(GroupConfig(group))
     bounds = queue_bounds(store)
     backlog = retry_backlog(store, group, bounds, RETRY_SCAN_LIMIT)
-    if not backlog and group not in known_groups(store, bounds):
+    if not backlog and not known_elsewhere and group not in known_groups(store, bounds):
         raise NotFoundError(f"no group {group}: it has no settings, committed offsets, retries, retry or "
                             "dead-letter topic")
     offsets = store.offsets.of_group(group)

@@ -25,6 +25,7 @@ HOP_LABELS = {
     "dead_lettered": "dead-lettered",
     "resent": "resent",
     "duplicate": "duplicate send",
+    "invisible_changed": "invisible time changed",
     "sent": "sent (client trace)",
     "transaction": "transaction",
 }
@@ -51,6 +52,7 @@ class Hop:
     delay_level: int | None = None
     due_ms: int | None = None  # when a scheduled copy or the next attempt is due
     reason: str | None = None
+    client: str | None = None  # the client that sent, received, acknowledged... it (a RocketMQ 5 client's id)
 
     @property
     def label(self) -> str:
@@ -73,20 +75,23 @@ def _schedule_level(topic: str | None, queue_id: int | None) -> int | None:
 def _event_hop(event: TraceEvent) -> Hop | None:
     where = {"topic": event.topic, "queue_id": event.queue_id, "queue_offset": event.queue_offset,
              "offset_msg_id": event.offset_msg_id, "group": event.group, "attempt": event.attempt,
-             "reason": event.reason, "due_ms": event.due_ms, "reconsume_times": event.reconsume_times}
+             "reason": event.reason, "due_ms": event.due_ms, "reconsume_times": event.reconsume_times,
+             "client": event.client}
 
     def hop(kind: str, detail: str, **changes) -> Hop:
         return Hop(kind, event.at_ms, detail, False, **{**where, **changes})
 
-    kind, topic = event.kind, event.topic or ""
+    kind, topic, client = event.kind, event.topic or "", event.client
+    sent_by = f", sent by client {client}" if client else ""
     if kind in TRANSACTION_KINDS or (kind == TraceKind.STORED and topic == topics.TRANS_HALF_TOPIC):
         return _transaction_event_hop(event, hop)
     if kind == TraceKind.STORED:
-        return hop("produced", f"stored in {topic}")
+        return hop("produced", f"stored in {topic}{sent_by}")
     if kind == TraceKind.SCHEDULED:
         level = _schedule_level(event.topic, event.queue_id)
         how = f"at delay level {level}" if level else "for its delivery time"
-        return hop("scheduled", f"waits in {topic} {how}, then goes to {event.real_topic}", delay_level=level)
+        return hop("scheduled", f"waits in {topic} {how}, then goes to {event.real_topic}{sent_by}",
+                   delay_level=level)
     if kind == TraceKind.RELEASED:
         if topics.is_retry_topic(topic):
             group = _group_of(topic, topics.RETRY_PREFIX)
@@ -95,13 +100,21 @@ def _event_hop(event: TraceEvent) -> Hop | None:
                        attempt=attempt, due_ms=None)
         return hop("released", f"due: put to {topic}", due_ms=None)
     if kind == TraceKind.DELIVERED:
+        if client:
+            return hop("delivered", f"attempt {event.attempt} received by client {client} of {event.group}",
+                       due_ms=None)
         return hop("delivered", f"attempt {event.attempt} handed to {event.group}", due_ms=None)
+    by_client = f" (client {client})" if client else ""
     if kind == TraceKind.ACKED:
-        return hop("consumed", f"{event.group} acknowledged attempt {event.attempt}")
+        return hop("consumed", f"{event.group}{by_client} acknowledged attempt {event.attempt}")
     if kind in (TraceKind.FAILED, TraceKind.INVISIBLE_TIMEOUT):
         why = event.reason or ("not acknowledged within its invisible time" if kind == TraceKind.INVISIBLE_TIMEOUT
                                else "the consumer reported a failure")
-        return hop("failed", f"attempt {event.attempt} failed: {why}", reason=why)
+        reported = f", reported by client {client}" if client else ""
+        return hop("failed", f"attempt {event.attempt} failed: {why}{reported}", reason=why)
+    if kind == TraceKind.INVISIBLE_CHANGED:
+        return hop("invisible_changed", f"{event.group}{by_client} moved the invisible time of attempt "
+                   f"{event.attempt}: unless acknowledged, it is delivered again when due")
     if kind == TraceKind.RETRY:
         level = _schedule_level(event.topic, event.queue_id)
         attempt = (event.reconsume_times or 0) + 1
@@ -112,7 +125,8 @@ def _event_hop(event: TraceEvent) -> Hop | None:
     if kind == TraceKind.RESENT:
         return hop("resent", f"put back on {topic}" + (f" ({event.reason})" if event.reason else ""))
     if kind == TraceKind.DUPLICATE:
-        return hop("duplicate", "a producer sent it again; it was not stored twice")
+        who = f"client {client}" if client else "a producer"
+        return hop("duplicate", f"{who} sent it again; it was not stored twice")
     return None
 
 

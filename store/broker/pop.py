@@ -66,7 +66,7 @@ from store.broker.pull import TagFilter, check_consumable
 from store.broker.receipt import ReceiptHandleError, decode_handle, new_handle
 from store.broker.retired_handles import RetiredHandles
 from store.broker.retry import retry_delay_level, with_retry_origin
-from store.broker.trace import TraceEvent, TraceKind
+from store.broker.trace import TraceEvent, TraceKind, client_label
 from store.errors import StoreError
 from store.format import topics
 from store.format.codec import StoredMessage
@@ -159,7 +159,9 @@ class PopService:
 
     # -- receive -----------------------------------------------------------------------------
     def receive(self, group: str, topic: str, max_messages: int, invisible_ms: int, tags: str | None = None,
-                wait_ms: int = 0, *, backoff_after_timeout: bool = True) -> list[Received]:
+                wait_ms: int = 0, client: str | None = None, *, backoff_after_timeout: bool = True
+                ) -> list[Received]:
+        """`client`, when given, is named by the DELIVERED events (the receiving client's id)."""
         consuming_group(group)
         _check_int("max_messages", max_messages, 1, MAX_MESSAGES)
         _check_int("invisible_ms", invisible_ms, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
@@ -167,12 +169,13 @@ class PopService:
         if type(backoff_after_timeout) is not bool:
             raise PopRequestError("backoff_after_timeout must be True or False")
         accepts = _tag_filter(tags)
+        client = client_label(client)
         store = self._store
         deadline = self.wait_clock() + wait_ms / 1000
         with store._writing():
             while True:
                 received, more_to_scan = self._receive_now(group, topic, max_messages, invisible_ms, accepts,
-                                                           backoff_after_timeout)
+                                                           backoff_after_timeout, client)
                 remaining = deadline - self.wait_clock()
                 if received or remaining <= 0:
                     return received
@@ -182,7 +185,7 @@ class PopService:
                     raise StoreError("the store is closed")
 
     def _receive_now(self, group: str, topic: str, want: int, invisible_ms: int, accepts: TagFilter,
-                     backoff_after_timeout: bool) -> tuple[list[Received], bool]:
+                     backoff_after_timeout: bool, client: str | None) -> tuple[list[Received], bool]:
         """Copies waiting in the group's pop retry topic (resent dead letters) first, then the topic
         (for an orderly group, only when the retry topic gave none: one queue per receive)."""
         store = self._store
@@ -200,13 +203,14 @@ class PopService:
             if source is None or len(received) == want or (orderly and received):
                 continue
             got, more = self._receive_from(group_config, source, want - len(received), invisible_ms, accepts,
-                                           backoff_after_timeout)
+                                           backoff_after_timeout, client)
             received += got
             more_to_scan = more_to_scan or more
         return received, more_to_scan
 
     def _receive_from(self, group_config: GroupConfig, config: TopicConfig, want: int, invisible_ms: int,
-                      accepts: TagFilter, backoff_after_timeout: bool) -> tuple[list[Received], bool]:
+                      accepts: TagFilter, backoff_after_timeout: bool, client: str | None
+                      ) -> tuple[list[Received], bool]:
         store = self._store
         now = store.clock.now_ms()
         sub = self.state.subscription(group_config.name, config.name)
@@ -232,7 +236,8 @@ class PopService:
         if self._tracing(sub):
             events += [TraceEvent(TraceKind.DELIVERED, entry.unique_key, now, config.name, entry.queue_id,
                                   entry.queue_offset, entry.offset_msg_id, group=group_config.name,
-                                  attempt=entry.attempt, reconsume_times=entry.attempt - 1, due_ms=entry.due_ms)
+                                  attempt=entry.attempt, reconsume_times=entry.attempt - 1, due_ms=entry.due_ms,
+                                  client=client)
                        for entry, _ in taken]
             store._trace(events, now)
         return received, more_to_scan
@@ -390,14 +395,18 @@ class PopService:
             return None
 
     # -- ack, nack, change_invisible, renew, dead_letter -------------------------------------
-    def ack(self, group: str, receipt_handle: str) -> None:
-        [refused] = self.ack_many(group, [receipt_handle])
+    def ack(self, group: str, receipt_handle: str, client: str | None = None) -> None:
+        [refused] = self.ack_many(group, [receipt_handle], client)
         if refused is not None:
             raise refused
 
-    def ack_many(self, group: str, receipt_handles: list[str]) -> list[ReceiptHandleError | None]:
+    def ack_many(self, group: str, receipt_handles: list[str], client: str | None = None
+                 ) -> list[ReceiptHandleError | None]:
         """Acknowledge several deliveries at once (one lock, one trace write): for each handle,
-        None when it was acknowledged, else the error that refused it."""
+        None when it was acknowledged, else the error that refused it. `client`, when given, is
+        named by the ACKED events (the acknowledging client's id), as by nack's and
+        change_invisible's events."""
+        client = client_label(client)
         store = self._store
         with store._writing():
             now = store.clock.now_ms()
@@ -411,16 +420,17 @@ class PopService:
                 if self._tracing(sub):
                     events.append(TraceEvent(TraceKind.ACKED, entry.unique_key, now, sub.topic, entry.queue_id,
                                              entry.queue_offset, entry.offset_msg_id, group=group,
-                                             attempt=entry.attempt))
+                                             attempt=entry.attempt, client=client))
             for sub, queue_ids in touched.values():
                 self.state_file.mark_changed()
                 self._commit(sub, queue_ids)
             store._trace(events, now)
             return outcomes
 
-    def nack(self, group: str, receipt_handle: str, reason: str | None = None) -> None:
+    def nack(self, group: str, receipt_handle: str, reason: str | None = None, client: str | None = None) -> None:
         """The consumer failed the message: it is delivered again after the backoff, or dead-lettered."""
         reason = _check_reason(reason)
+        client = client_label(client)
         store = self._store
         with store._writing():
             now = store.clock.now_ms()
@@ -430,15 +440,17 @@ class PopService:
                 self._check_dead_letter_writable(group)
             events: list[TraceEvent] = []
             self._retire(receipt_handle, "receipt handle no longer valid: the message was already nacked")
-            self._fail(sub, entry, now, reason, group_config, now, events, timed_out=False)
+            self._fail(sub, entry, now, reason, group_config, now, events, timed_out=False, client=client)
             self.state_file.mark_changed()
             self._commit(sub, {entry.queue_id})
             store._trace(events, now)
 
-    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> str:
+    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int, client: str | None = None) -> str:
         """Make the message invisible for `invisible_ms` from now, within the same delivery
-        attempt. Returns the new handle; the old one is refused afterwards."""
+        attempt (an INVISIBLE_CHANGED event). Returns the new handle; the old one is refused
+        afterwards."""
         _check_int("invisible_ms", invisible_ms, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
+        client = client_label(client)
         store = self._store
         with store._writing():
             now = store.clock.now_ms()
@@ -446,7 +458,12 @@ class PopService:
             self._retire(receipt_handle, "stale receipt handle: change_invisible replaced it with a new one")
             self.state_file.mark_changed()
             store._note_due(now + invisible_ms)
-            return self._issue_handle(sub, entry, now, invisible_ms)
+            handle = self._issue_handle(sub, entry, now, invisible_ms)
+            if self._tracing(sub):
+                store._trace([TraceEvent(TraceKind.INVISIBLE_CHANGED, entry.unique_key, now, sub.topic, entry.queue_id,
+                                         entry.queue_offset, entry.offset_msg_id, group=group, attempt=entry.attempt,
+                                         due_ms=entry.due_ms, client=client)], now)
+            return handle
 
     def renew(self, group: str, receipt_handle: str, invisible_ms: int) -> None:
         """Keep the message invisible for `invisible_ms` from now, under the same handle."""
@@ -583,7 +600,8 @@ class PopService:
         return expired
 
     def _fail(self, sub: Subscription, entry: InFlight, failed_at: int, reason: str | None,
-              group_config: GroupConfig, now: int, events: list[TraceEvent], *, timed_out: bool) -> None:
+              group_config: GroupConfig, now: int, events: list[TraceEvent], *, timed_out: bool,
+              client: str | None = None) -> None:
         """Attempt `entry.attempt` failed at `failed_at`: by a nack with `reason`, or its invisible time ran out."""
         entry.receipt_handle = None
         entry.last_failure = reason or (TIMEOUT_REASON if timed_out else "the consumer reported a failure")
@@ -594,7 +612,7 @@ class PopService:
             kind = TraceKind.INVISIBLE_TIMEOUT if timed_out else TraceKind.FAILED
             events.append(TraceEvent(kind, entry.unique_key, failed_at, sub.topic, entry.queue_id,
                                      entry.queue_offset, entry.offset_msg_id, group=sub.group, attempt=entry.attempt,
-                                     due_ms=None if dead else retry_at, reason=reason))
+                                     due_ms=None if dead else retry_at, reason=reason, client=client))
         if dead and self._dead_letter(sub, entry, now, events):
             return
         entry.due_ms = retry_at

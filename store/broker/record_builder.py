@@ -60,6 +60,7 @@ class NewMessage:
     unique_key: str | None = None
     reconsume_times: int = 0
     compress: bool = False
+    client: str | None = None  # who sends it (a RocketMQ 5 client's id): named in its trace event, not in the record
 
 
 class _TopicForm(NamedTuple):

@@ -31,6 +31,7 @@ class TraceKind(StrEnum):
     ROLLED_BACK = "rolled_back"  # a transaction was rolled back: its half message is never delivered
     CHECKED = "checked"  # the broker put a half message back to ask its producer (attempt: the check's number)
     DISCARDED = "discarded"  # a half message checked too often or too old, moved aside (reason)
+    INVISIBLE_CHANGED = "invisible_changed"  # a consumer moved a received message's invisible time (to due_ms)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class TraceEvent:
     due_ms: int | None = None
     reason: str | None = None
     real_topic: str | None = None  # where a scheduled copy goes when it is due
+    client: str | None = None  # the client that sent, received, acked... it (a RocketMQ 5 client's id)
 
     def to_json(self) -> dict:
         values = {name: getattr(self, name) for name in _FIELD_NAMES}
@@ -62,6 +64,12 @@ class TraceEvent:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(TraceEvent))
+MAX_CLIENT_CHARS = 256
+
+
+def client_label(client: object) -> str | None:
+    """What an event keeps of the client a caller names: None for none, else its text, bounded."""
+    return str(client)[:MAX_CLIENT_CHARS] if client else None
 
 
 def decode_trace(msg: StoredMessage) -> TraceEvent | None:

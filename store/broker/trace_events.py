@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 from store.broker.record_builder import NewMessage
 from store.broker.retry import SendBack
-from store.broker.trace import TraceEvent, TraceKind
+from store.broker.trace import TraceEvent, TraceKind, client_label
 from store.format import topics
 from store.format.codec import StoredMessage
 from store.format.delay_levels import DelayLevels
@@ -29,7 +30,8 @@ class Written(Protocol):
 
 def put_events(batch: list[NewMessage], results: list[Written], delay_levels: DelayLevels,
                now: int) -> list[TraceEvent]:
-    """STORED, or SCHEDULED with its due time, for each producer's message (none for trace records)."""
+    """STORED, or SCHEDULED with its due time, for each producer's message (none for trace
+    records), naming the client that sent it when the message says."""
     events = []
     for m, r in zip(batch, results, strict=True):
         if r.topic == topics.TRACE_TOPIC:
@@ -39,18 +41,22 @@ def put_events(batch: list[NewMessage], results: list[Written], delay_levels: De
                 due = delay_levels.deliver_time(r.queue_id + 1, r.store_timestamp, r.phys_offset)
             else:
                 due = parse_deliver_ms(m.properties.get(topics.TIMER_DELIVER_MS))
-            events.append(TraceEvent(TraceKind.SCHEDULED, r.unique_key, now, r.topic, r.queue_id,
-                                     r.queue_offset, r.offset_msg_id, due_ms=due, real_topic=m.topic))
+            event = TraceEvent(TraceKind.SCHEDULED, r.unique_key, now, r.topic, r.queue_id, r.queue_offset,
+                               r.offset_msg_id, due_ms=due, real_topic=m.topic)
         else:
-            events.append(TraceEvent(TraceKind.STORED, r.unique_key, now, r.topic, r.queue_id, r.queue_offset,
-                                     r.offset_msg_id, reconsume_times=m.reconsume_times or None))
+            event = TraceEvent(TraceKind.STORED, r.unique_key, now, r.topic, r.queue_id, r.queue_offset,
+                               r.offset_msg_id, reconsume_times=m.reconsume_times or None)
+        if m.client is not None:
+            event = replace(event, client=client_label(m.client))
+        events.append(event)
     return events
 
 
-def duplicate_event(unique_key: str, earlier: Written, now: int) -> TraceEvent:
-    """A producer sent a message whose unique key was stored as `earlier`: it is not stored again."""
+def duplicate_event(unique_key: str, earlier: Written, now: int, client: str | None = None) -> TraceEvent:
+    """A producer (`client`, when known) sent a message whose unique key was stored as `earlier`:
+    it is not stored again."""
     return TraceEvent(TraceKind.DUPLICATE, unique_key, now, earlier.topic, earlier.queue_id, earlier.queue_offset,
-                      earlier.offset_msg_id)
+                      earlier.offset_msg_id, client=client_label(client))
 
 
 def send_back_events(original: StoredMessage, group: str, route: SendBack, result: Written, reason: str | None,

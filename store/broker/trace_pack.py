@@ -12,15 +12,16 @@ not one (a client may put spaces in UNIQ_KEY) is keyed by its copy's offset id i
 
 Body, UTF-8 text: a header line, then one line per event, lines joined by LF, fields by TAB.
 
-    header:  MAGIC, base_ms, name 0, name 1, ...   (the topic and group names the events use)
+    header:  MAGIC, base_ms, name 0, name 1, ...   (the topic, group and client names the events use)
     event:   kind, key, at, topic, queue_id, queue_offset, offset, group, attempt,
-             reconsume_times, due, reason, real_topic
+             reconsume_times, due, reason, real_topic, client
 
     kind             one letter of KIND_CODES
     key              the event's unique key: its position in KEYS (0-based), or "=" + the key
     at               at_ms - base_ms
     topic, group,    a position among the header's names (0-based)
-    real_topic
+    real_topic,
+    client
     offset           the offset id of the copy: its commit log offset in upper-case hex when the
                      id names the trace record's own store host (the id is then the record's
                      offset id with its last 16 hex digits replaced), or "=" + the id
@@ -29,10 +30,12 @@ Body, UTF-8 text: a header line, then one line per event, lines joined by LF, fi
     queue_id, queue_offset, attempt, reconsume_times: decimal
 
 Numbers are decimal unless said otherwise. An empty field is a null; trailing empty fields are
-left out. Text after "=" and names have "%", "+", TAB, LF and CR written as %XX (upper-case hex):
-what a URL decoder (Spark's url_decode) reads back as it was. A record holds at most MAX_EVENTS
-events, KEYS at most MAX_KEYS_BYTES bytes (RocketMQ's properties hold 32767 bytes in all) and a
-body of about MAX_BODY_BYTES at most (an event larger than that gets a record of its own)."""
+left out, so a line written before a field was added reads as that field's null (client came
+last), and a reader ignores fields past those it knows. Text after "=" and names have "%", "+",
+TAB, LF and CR written as %XX (upper-case hex): what a URL decoder (Spark's url_decode) reads
+back as it was. A record holds at most MAX_EVENTS events, KEYS at most MAX_KEYS_BYTES bytes
+(RocketMQ's properties hold 32767 bytes in all) and a body of about MAX_BODY_BYTES at most (an
+event larger than that gets a record of its own)."""
 
 from __future__ import annotations
 
@@ -59,14 +62,14 @@ KIND_CODES = {
     TraceKind.STORED: "s", TraceKind.SCHEDULED: "w", TraceKind.RELEASED: "r", TraceKind.DELIVERED: "d",
     TraceKind.ACKED: "a", TraceKind.FAILED: "f", TraceKind.INVISIBLE_TIMEOUT: "t", TraceKind.RETRY: "y",
     TraceKind.DEAD_LETTER: "x", TraceKind.RESENT: "e", TraceKind.DUPLICATE: "u", TraceKind.COMMITTED: "c",
-    TraceKind.ROLLED_BACK: "b", TraceKind.CHECKED: "k", TraceKind.DISCARDED: "z",
+    TraceKind.ROLLED_BACK: "b", TraceKind.CHECKED: "k", TraceKind.DISCARDED: "z", TraceKind.INVISIBLE_CHANGED: "v",
 }
 KINDS_BY_CODE = {code: kind for kind, code in KIND_CODES.items()}
 # Event line fields, by position.
 FIELD_NAMES = ("kind", "key", "at", "topic", "queue_id", "queue_offset", "offset", "group", "attempt",
-               "reconsume_times", "due", "reason", "real_topic")
-KIND, KEY, AT, TOPIC, QUEUE_ID, QUEUE_OFFSET, OFFSET, GROUP, ATTEMPT, RECONSUME_TIMES, DUE, REASON, REAL_TOPIC = (
-    range(len(FIELD_NAMES)))
+               "reconsume_times", "due", "reason", "real_topic", "client")
+(KIND, KEY, AT, TOPIC, QUEUE_ID, QUEUE_OFFSET, OFFSET, GROUP, ATTEMPT, RECONSUME_TIMES, DUE, REASON, REAL_TOPIC,
+ CLIENT) = range(len(FIELD_NAMES))
 FIELDS = len(FIELD_NAMES)
 HEADER_FIELDS = 2  # MAGIC and base_ms, then the names
 
@@ -150,6 +153,8 @@ class _Record:
             _number(e.due_ms - e.at_ms if e.due_ms is not None and e.at_ms is not None else e.due_ms),
             "" if e.reason is None else TEXT_MARK + escape(e.reason), self._name(e.real_topic),
         ]
+        if e.client is not None:
+            fields.append(self._name(e.client))
         while fields and not fields[-1]:
             fields.pop()
         return FIELD_SEPARATOR.join(fields)
@@ -226,7 +231,7 @@ def _event(parts: list[str], keys: list[str], host: str, base_ms: int, names: li
     return TraceEvent(kind, unique_key, at_ms, name(TOPIC), number(QUEUE_ID), number(QUEUE_OFFSET), offset_msg_id,
                       name(GROUP), number(ATTEMPT), number(RECONSUME_TIMES),
                       due + at_ms if due is not None and at_ms is not None else due,
-                      unescape(reason[1:]) if reason else None, name(REAL_TOPIC))
+                      unescape(reason[1:]) if reason else None, name(REAL_TOPIC), name(CLIENT))
 
 
 def unpack(msg: StoredMessage, key: str | None = None) -> Iterator[tuple[int, TraceEvent]]:

@@ -68,30 +68,34 @@ class Consuming:
             self.offsets.commit(topic, group, queue_id, offset)
 
     def receive(self, group: str, topic: str, max_messages: int, invisible_ms: int, tags: str | None = None,
-                wait_ms: int = 0, *, backoff_after_timeout: bool = True) -> list[Received]:
+                wait_ms: int = 0, client: str | None = None, *, backoff_after_timeout: bool = True
+                ) -> list[Received]:
         """Up to `max_messages` messages of `topic` not yet handed out to `group`, each invisible
         to the group for `invisible_ms`; waits up to `wait_ms` (real time) when there are none.
         With `backoff_after_timeout` False (RocketMQ 5 clients), a message whose invisible time
-        runs out is visible again at once rather than after the retry backoff."""
-        received = self.pop.receive(group, topic, max_messages, invisible_ms, tags, wait_ms,
+        runs out is visible again at once rather than after the retry backoff. `client` (a
+        RocketMQ 5 client's id), here and in ack, nack and change_invisible, is named by the
+        trace events of the call; never written in a message record."""
+        received = self.pop.receive(group, topic, max_messages, invisible_ms, tags, wait_ms, client,
                                     backoff_after_timeout=backoff_after_timeout)
         self.stats.count_delivered(len(received))
         return received
 
-    def ack(self, group: str, receipt_handle: str) -> None:
-        self.pop.ack(group, receipt_handle)
+    def ack(self, group: str, receipt_handle: str, client: str | None = None) -> None:
+        self.pop.ack(group, receipt_handle, client)
         self.stats.count_acked(1)
 
-    def ack_many(self, group: str, receipt_handles: list[str]) -> list[ReceiptHandleError | None]:
-        outcomes = self.pop.ack_many(group, receipt_handles)
+    def ack_many(self, group: str, receipt_handles: list[str], client: str | None = None
+                 ) -> list[ReceiptHandleError | None]:
+        outcomes = self.pop.ack_many(group, receipt_handles, client)
         self.stats.count_acked(outcomes.count(None))
         return outcomes
 
-    def nack(self, group: str, receipt_handle: str, reason: str | None = None) -> None:
-        self.pop.nack(group, receipt_handle, reason)
+    def nack(self, group: str, receipt_handle: str, reason: str | None = None, client: str | None = None) -> None:
+        self.pop.nack(group, receipt_handle, reason, client)
 
-    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int) -> str:
-        return self.pop.change_invisible(group, receipt_handle, invisible_ms)
+    def change_invisible(self, group: str, receipt_handle: str, invisible_ms: int, client: str | None = None) -> str:
+        return self.pop.change_invisible(group, receipt_handle, invisible_ms, client)
 
     def renew(self, group: str, receipt_handle: str, invisible_ms: int) -> None:
         """Keep a received message invisible for `invisible_ms` from now; its handle stays valid."""

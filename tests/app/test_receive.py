@@ -107,8 +107,10 @@ async def test_ack_nack_change_invisible_and_expiry(api, clock):
 
     events = api.store.timeline(result["unique_key"])
     kinds = [e.kind.value for e in events]
-    assert kinds == ["stored", "delivered", "failed", "delivered", "invisible_timeout", "delivered", "acked"]
-    assert events[2].reason == "payment service down"
+    assert kinds == ["stored", "delivered", "invisible_changed", "failed", "delivered", "invisible_timeout",
+                     "delivered", "acked"]
+    assert events[2].due_ms == events[2].at_ms + 60 * SECOND and events[2].attempt == 1
+    assert events[3].reason == "payment service down"
     assert api.store.offsets.get(TOPIC, GROUP, result["queue_id"]) == 1  # committed past the acked message
 
 

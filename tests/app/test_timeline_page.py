@@ -12,6 +12,7 @@ from markupsafe import escape
 from app.render import format_ms
 from store.format import topics
 from store.format.delay_levels import DelayLevels
+from store.message_store import NewMessage
 from tests.app.conftest import assert_error, put_messages
 
 pytestmark = pytest.mark.anyio
@@ -271,3 +272,53 @@ async def test_unknown_ids_are_404_as_json_and_as_a_page(api):
                  "offset message id")
     r = await api.client.get(f"/messages/{unknown}/timeline", headers=HTML)
     assert r.status_code == 404 and "no trace event and no message" in r.text
+
+
+async def test_the_timeline_names_the_clients_that_sent_received_and_acknowledged_it(api, clock):
+    producer, consumer = "app-host@4242@1@2k4xq9ab", "worker-1@77@1@2k4xqa01"
+    sent = api.store.put(NewMessage(TOPIC, b"order", client=producer))
+    clock.advance(SECOND)
+    [first] = api.store.receive(GROUP, TOPIC, 1, 30 * SECOND, client=consumer)
+    clock.advance(SECOND)
+    handle = api.store.change_invisible(GROUP, first.receipt_handle, 10 * SECOND, client=consumer)
+    clock.advance(10 * SECOND)  # the consumer failed it: the new invisible time ran out
+    api.store.revive_due()
+    clock.advance(backoff(1))
+    [second] = api.store.receive(GROUP, TOPIC, 1, 30 * SECOND, client=consumer)
+    assert second.delivery_attempt == 2 and handle != second.receipt_handle
+    api.store.ack(GROUP, second.receipt_handle, client=consumer)
+
+    body = await page_json(api, sent.unique_key)
+    details = [(h["kind"], h["detail"], h.get("client")) for h in body["hops"]]
+    assert details == [
+        ("produced", f"stored in {TOPIC}, sent by client {producer}", producer),
+        ("delivered", f"attempt 1 received by client {consumer} of {GROUP}", consumer),
+        ("invisible_changed", f"{GROUP} (client {consumer}) moved the invisible time of attempt 1: unless "
+                              "acknowledged, it is delivered again when due", consumer),
+        ("failed", "attempt 1 failed: not acknowledged within its invisible time", None),
+        ("delivered", f"attempt 2 received by client {consumer} of {GROUP}", consumer),
+        ("consumed", f"{GROUP} (client {consumer}) acknowledged attempt 2", consumer),
+    ]
+    [verdict] = body["verdicts"]
+    assert verdict["state"] == "consumed"
+    page = await page_html(api, sent.unique_key)
+    assert f"sent by client {producer}" in page and f"attempt 2 received by client {consumer}" in page
+    assert "invisible time changed" in page
+
+    r = await api.client.get(f"/api/messages/{sent.unique_key}/timeline")
+    assert r.status_code == 200, r.text
+    events = r.json()["events"]
+    assert [(e["kind"], e.get("client")) for e in events] == [
+        ("stored", producer), ("delivered", consumer), ("invisible_changed", consumer), ("invisible_timeout", None),
+        ("delivered", consumer), ("acked", consumer)]
+
+
+async def test_rest_callers_are_not_named(api):
+    put = await produce(api)
+    got = await receive_one(api)
+    await nack(api, got, "no stock")
+    events = (await api.client.get(f"/api/messages/{put['unique_key']}/timeline")).json()["events"]
+    assert [e["kind"] for e in events] == ["stored", "delivered", "failed"]
+    assert all("client" not in e for e in events)
+    hops = (await page_json(api, put["unique_key"]))["hops"]
+    assert all(h["client"] is None and "client" not in h["detail"] for h in hops)

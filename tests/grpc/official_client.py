@@ -64,7 +64,7 @@ class Driver:
             self.checker_answer = checker
         self.producer = Producer(self.config, tuple(topics), Checker() if checker else None, tls_enable=self.tls)
         self.producer.startup()
-        return {}
+        return {"client_id": self.producer.client_id}
 
     def _message(self, topic, body, tag=None, keys=(), props=None, delay_s=None, group=None):
         msg = Message()
@@ -131,7 +131,7 @@ class Driver:
         subs = {topic: FilterExpression(expr) for topic, expr in subscriptions.items()}
         self.simple = SimpleConsumer(self.config, group, subs, await_duration=await_s, tls_enable=self.tls)
         self.simple.startup()
-        return {}
+        return {"client_id": self.simple.client_id}
 
     def _described(self, msg: Message) -> dict:
         ref = len(self.kept)

@@ -16,13 +16,13 @@ GROUP = "billing"
 
 def test_a_producer_sends_and_a_simple_consumer_receives_and_acks(official_client, grpc_server):
     producer = official_client("producer")
-    producer.call("producer", topics=[TOPIC])
+    producer_id = producer.call("producer", topics=[TOPIC])["client_id"]
     sent = producer.call("send", topic=TOPIC, body="order 1 paid", tag="paid", keys=["order-1", "cust-7"],
                          props={"region": "eu"})
     assert len(sent["message_id"]) == 34 and sent["offset"] >= 0
 
     consumer = official_client("consumer")
-    consumer.call("simple", group=GROUP, subscriptions={TOPIC: "paid||refunded"}, await_s=2)
+    consumer_id = consumer.call("simple", group=GROUP, subscriptions={TOPIC: "paid||refunded"}, await_s=2)["client_id"]
     got = wait_until(lambda: consumer.call("receive", max=8, invisible_s=20)["messages"], 20, "the message")
     [msg] = got
     assert (msg["message_id"], msg["body"], msg["tag"], msg["attempt"]) == (sent["message_id"], "order 1 paid",
@@ -34,8 +34,18 @@ def test_a_producer_sends_and_a_simple_consumer_receives_and_acks(official_clien
     assert refused.value.kind == "BadRequestException"
 
     with grpc_server.client() as api:
-        found = api.get(f"/api/messages/by-unique-key/{sent['message_id']}").json()
-    assert found["messages"][0]["topic"] == TOPIC
+        [by_id] = api.get(f"/api/messages/by-unique-key/{sent['message_id']}").json()["messages"]
+        [by_key] = api.get("/api/messages/by-key", params={"key": "cust-7", "topic": TOPIC}).json()["messages"]
+        by_offset_id = api.get(f"/api/messages/by-id/{by_id['offset_msg_id']}").json()["message"]
+        hops = api.get(f"/api/messages/{sent['message_id']}/timeline").json()["hops"]
+        clients = {c["client_id"]: c for c in api.get("/api/clients").json()["clients"]}
+    assert by_id["topic"] == TOPIC and by_id["queue_offset"] == sent["offset"]
+    assert by_key["offset_msg_id"] == by_offset_id["offset_msg_id"] == by_id["offset_msg_id"]
+    named = {(h["kind"], h.get("client")) for h in hops}
+    assert {("produced", producer_id), ("delivered", consumer_id), ("consumed", consumer_id)} <= named, hops
+    assert clients[producer_id]["kind"] == "producer" and clients[producer_id]["language"] == "PYTHON"
+    assert clients[consumer_id]["kind"] == "simple_consumer" and clients[consumer_id]["group"] == GROUP
+    assert clients[consumer_id]["subscriptions"] == {TOPIC: "paid||refunded"}
 
 
 def test_an_expired_message_comes_back_as_attempt_2_and_a_replaced_handle_is_refused(official_client):

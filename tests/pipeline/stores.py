@@ -126,8 +126,12 @@ def build_retry_store(root: Path) -> Path:
         for put in bulk:  # straight to the dead-letter queue, a little later each
             store.send_back(put.phys_offset, BULK_GROUP, delay_level=-1, reason="unparseable")
             clock.advance(400)
-        for got in store.receive(SLOW_GROUP, "Payments", 3, 5 * MINUTE):  # failed, waiting for attempt 2
-            store.nack(SLOW_GROUP, got.receipt_handle, "busy")
+        slow = "slow-host@9@1@2k4xqb00"  # a RocketMQ 5 client, named by the events it causes
+        for n, got in enumerate(store.receive(SLOW_GROUP, "Payments", 3, 5 * MINUTE, client=slow)):
+            handle = got.receipt_handle
+            if n == 0:  # postponed first (a push consumer's backoff), within the same attempt
+                handle = store.change_invisible(SLOW_GROUP, handle, 10 * MINUTE, client=slow)
+            store.nack(SLOW_GROUP, handle, "busy", client=slow)  # failed, waiting for attempt 2
 
         clock.advance(DAY + 5 * HOUR)
         store.config = dataclasses.replace(store.config, trace=False)

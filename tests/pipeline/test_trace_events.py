@@ -17,16 +17,22 @@ from store.format import topics
 from store.message_store import MessageStore, NewMessage, StoreConfig
 from tests.conftest import GOLDEN_GEOMETRY
 
+ODD_CLIENT = "worker\t1@77@1@%41"  # a client id with text the packed layout escapes
+
 
 def build_store(root) -> MessageStore:
-    """Puts, deliveries, failures with awkward reasons, retries, dead letters; an older one-event
-    record; a RocketMQ client trace record; events whose ids the record cannot shorten."""
+    """Puts, deliveries, failures with awkward reasons, retries, dead letters; events naming
+    clients; an older one-event record; a RocketMQ client trace record; events whose ids the
+    record cannot shorten."""
     clock = FakeClock()
     store = MessageStore.open(root, StoreConfig(geometry=GOLDEN_GEOMETRY, flush="sync", trace=True), clock=clock)
     try:
         store.metadata.update_group("G", max_reconsume_times=1)
         puts = store.put_many([NewMessage("Orders", b"m%d" % i, keys=[f"k{i}"]) for i in range(12)])
         puts.append(store.put(NewMessage("Orders", b"spaced", properties={"UNIQ_KEY": "has space"})))
+        puts.append(store.put(NewMessage("Orders", b"from a client", client="app-host@4242@1@2k4xq9ab")))
+        for got in store.receive("P", "Orders", 2, 30_000, client=ODD_CLIENT):
+            store.ack("P", got.receipt_handle, client=ODD_CLIENT)
         for queue_id in range(4):
             store.pull("G", "Orders", queue_id, 0, 32)
         clock.advance(500)
@@ -74,6 +80,7 @@ def test_packed_and_older_records_give_the_stores_events(spark, tmp_path):
     got = sorted((row.trace_phys_offset, row.trace_position,
                   TraceEvent(**{**{n: row[n] for n in names}, "kind": TraceKind(row.kind)})) for row in rows)
     assert got == expected
+    assert {"app-host@4242@1@2k4xq9ab", ODD_CLIENT} <= {row.client for row in rows}
     assert {(row.trace_phys_offset, row.trace_position): row["keys"] for row in rows} == keyed
 
     # A message's events, by its id, are the store's timeline of it (in the same order).
