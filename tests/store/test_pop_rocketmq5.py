@@ -162,7 +162,7 @@ def test_a_state_file_with_a_wrong_backoff_flag_stops_the_open(tmp_path, clock):
 def test_the_option_is_keyword_only_and_a_boolean(store):
     put(store, 1)
     with pytest.raises(TypeError):
-        store.receive(GROUP, TOPIC, 1, 30 * SECOND, None, 0, False)
+        store.receive(GROUP, TOPIC, 1, 30 * SECOND, None, 0, None, False)
     for wrong in (0, "no", None):
         with pytest.raises(PopRequestError, match="backoff_after_timeout"):
             store.receive(GROUP, TOPIC, 1, 30 * SECOND, backoff_after_timeout=wrong)
