@@ -391,8 +391,7 @@ def _session_settings(settings: pb.Settings, caller: Caller) -> dict:
     return {
         "kind": _kind(settings.client_type),
         "group": subscription.group.name if subscription is not None and subscription.HasField("group") else None,
-        "topics": ([r.name for r in settings.publishing.topics] if settings.HasField("publishing") else
-                   [s.topic.name for s in subscription.subscriptions] if subscription is not None else []),
+        "topics": [r.name for r in settings.publishing.topics] if settings.HasField("publishing") else [],
         "subscriptions": ({s.topic.name: s.expression.expression or "*" for s in subscription.subscriptions}
                           if subscription is not None else {}),
         "language": pb.Language.Name(ua.language) if ua.language in pb.Language.values() else caller.language,
