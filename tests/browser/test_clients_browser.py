@@ -52,6 +52,23 @@ def clients(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> Ite
         producer.close()
 
 
+# Before any client connects (the module's clients start with the first test that asks for them).
+def test_the_clients_page_tells_a_new_user_how_to_connect_a_client(page, server, screenshots):
+    page.goto("/")
+    page.get_by_test_id("clients-online").get_by_role("link").click()
+    expect(page).to_have_url("/clients")
+    expect(page.locator("header nav").get_by_role("link", name="Clients")).to_have_attribute("aria-current", "page")
+    expect(page.get_by_test_id("no-clients")).to_contain_text("No RocketMQ 5 client has connected")
+    expect(page.get_by_test_id("grpc-endpoint")).to_have_text(f"127.0.0.1:{server.env['MQLENS_GRPC_PORT']}")
+    save_screenshot(page, screenshots, "clients-empty")
+    page.get_by_label("Group").fill("GID_none")
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url("/clients?group=GID_none&topic=")
+    expect(page.get_by_test_id("no-clients")).to_contain_text("No client of group GID_none is known")
+    page.get_by_role("link", name="Show every client").first.click()
+    expect(page).to_have_url("/clients")
+
+
 def test_the_clients_page_lists_the_connected_producer_and_consumer(page, clients, screenshots):
     page.goto("/clients")
     table = page.locator("table")

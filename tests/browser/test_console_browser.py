@@ -132,22 +132,6 @@ def test_dashboard_updates_live_and_the_group_page_shows_dead_letters(page, api,
     save_screenshot(page, screenshots, "group")
 
 
-def test_the_clients_page_tells_a_new_user_how_to_connect_a_client(page, screenshots):
-    page.goto("/")
-    page.get_by_test_id("clients-online").get_by_role("link").click()
-    expect(page).to_have_url("/clients")
-    expect(page.locator("header nav").get_by_role("link", name="Clients")).to_have_attribute("aria-current", "page")
-    expect(page.get_by_test_id("no-clients")).to_contain_text("No RocketMQ 5 client has connected")
-    expect(page.get_by_test_id("grpc-endpoint")).to_have_text("127.0.0.1:8081")
-    save_screenshot(page, screenshots, "clients-empty")
-    page.get_by_label("Group").fill("GID_none")
-    page.get_by_role("button", name="Filter").click()
-    expect(page).to_have_url("/clients?group=GID_none&topic=")
-    expect(page.get_by_test_id("no-clients")).to_contain_text("No client of group GID_none is known")
-    page.get_by_role("link", name="Show every client").first.click()
-    expect(page).to_have_url("/clients")
-
-
 def test_pages_work_without_javascript(browser, server, api):
     put = produce(api, "Plain", body="no script needed", keys=["plain-1"])
     context = browser.new_context(base_url=server.base_url, java_script_enabled=False)
