@@ -24,6 +24,8 @@ SEND_EVERY_S = 0.5
 DELAY_EVERY = 10
 FLAKY_EVERY = 7
 POISON_EVERY = 20
+PARENT_CHECK_S = 1.0
+PARENT_GONE_GRACE_S = 3.0
 
 
 def _run_producer(endpoint: str, stop: threading.Event) -> None:
@@ -78,11 +80,21 @@ def _run_consumer(endpoint: str, stop: threading.Event) -> None:
         consumer.shutdown()
 
 
+def _stop_with_the_server(stop: threading.Event, server_pid: int) -> None:
+    """A server killed outright (kill -9, a crash) never stops its demo clients: they end when it is gone."""
+    while not stop.wait(PARENT_CHECK_S):
+        if os.getppid() != server_pid:
+            stop.set()
+            time.sleep(PARENT_GONE_GRACE_S)
+            os._exit(0)  # the client's shutdown may wait for the server that is gone
+
+
 def main(argv: list[str]) -> None:
     role, endpoint = argv
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    threading.Thread(target=_stop_with_the_server, args=(stop, os.getppid()), daemon=True).start()
     try:
         (_run_producer if role == "producer" else _run_consumer)(endpoint, stop)
     finally:
