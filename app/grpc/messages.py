@@ -32,6 +32,11 @@ SYSTEM_PROPERTIES = RESERVED_PROPERTIES | {
 }
 
 
+# What each message type carries: (a message group, a delivery time).
+_TYPE_NEEDS = {pb.NORMAL: (False, False), pb.TRANSACTION: (False, False), pb.FIFO: (True, False),
+               pb.DELAY: (False, True)}
+
+
 @dataclass(frozen=True)
 class Outgoing:
     """A client's message, checked, as the store takes it."""
@@ -140,18 +145,14 @@ def outgoing(message: pb.Message, *, max_body_bytes: int, born_host: str | None,
     has_delivery = system.HasField("delivery_timestamp")
     if group is not None and (not group or len(group) > MAX_MESSAGE_ID_CHARS or "\x01" in group or "\x02" in group):
         raise _refuse(Code.ILLEGAL_MESSAGE_GROUP, "invalid message group")
-    expected = {pb.FIFO: group is not None, pb.DELAY: has_delivery}
-    if message_type in (pb.NORMAL, pb.TRANSACTION):
-        conflict = group is not None or has_delivery
-    elif message_type in expected:
-        conflict = not expected[message_type] or (group is not None and has_delivery)
-    else:
+    wants = _TYPE_NEEDS.get(message_type)
+    if wants is None:
         raise _refuse(Code.UNSUPPORTED, f"message type {pb.MessageType.Name(message_type)} is not supported")
-    if conflict:
+    if (group is not None, has_delivery) != wants:
         raise _refuse(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                      f"a {pb.MessageType.Name(message_type)} message cannot have "
-                      + ("a message group and a delivery time" if group is not None and has_delivery else
-                         "this message group or delivery time" if message_type != pb.FIFO else "no message group"))
+                      f"a {pb.MessageType.Name(message_type)} message has "
+                      + ("a message group" if wants[0] else "no message group") + " and "
+                      + ("a delivery time" if wants[1] else "no delivery time"))
     if group is not None:
         properties[SHARDING_KEY] = group
     if has_delivery:

@@ -13,17 +13,22 @@ from pathlib import Path
 import anyio.to_thread
 import grpc
 
+from app.grpc.access import Access
+from app.grpc.calls import CallCounter
+from app.grpc.client_settings import ServerLimits
 from app.grpc.messages import incoming
 from app.grpc.protocol import service_pb2 as spb
 from app.grpc.protocol import service_pb2_grpc
+from app.grpc.renewal import AutoRenewer
 from app.grpc.service import FrontParts, MessagingFront
+from app.grpc.telemetry import TelemetryHub
+from app.services.metrics import rpc_counter
 
 log = logging.getLogger("mqlens.grpc")
 
 MAX_RECEIVE_MESSAGE_BYTES = 8 * 1024 * 1024 + 64 * 1024  # a largest body and its properties
 STOP_GRACE_S = 2.0
 LONG_POLLING_MS = 20_000  # what a PushConsumer is told to wait in one receive (RocketMQ 5 proxy: 20 s)
-BROKER_NAME = "mqlens"  # the broker name routes give
 
 
 class GrpcListenError(RuntimeError):
@@ -110,13 +115,6 @@ class GrpcFront:
 
 def front_for(state, settings) -> GrpcFront | None:
     """The front the app's settings ask for, made from the app's parts (None when turned off)."""
-    from app.grpc.access import Access
-    from app.grpc.calls import CallCounter
-    from app.grpc.client_settings import ServerLimits
-    from app.grpc.renewal import AutoRenewer
-    from app.grpc.telemetry import TelemetryHub
-    from app.services.metrics import rpc_counter
-
     if settings.grpc_port == 0 or settings.read_only:
         return None
     store = state.store
@@ -126,7 +124,7 @@ def front_for(state, settings) -> GrpcFront | None:
         receive_threads=state.receive_threads, access=Access(state.credential_verifier),
         limits=ServerLimits(max_body_bytes=min(settings.max_request_bytes, store.config.max_message_bytes),
                             long_polling_ms=LONG_POLLING_MS),
-        broker_name=BROKER_NAME, clients=state.client_sessions,
+        clients=state.client_sessions,
         counter=CallCounter(rpc_counter(state.metrics_registry)), hub=hub,
         renewer=AutoRenewer(store.renew_many, hub.connected))
     listen = Listen(settings.host, settings.grpc_port, settings.grpc_tls_cert, settings.grpc_tls_key)

@@ -24,6 +24,7 @@ from app.grpc.protocol import service_pb2_grpc
 from app.grpc.renewal import AUTO_RENEW_INVISIBLE_MS, AutoRenewer
 from app.grpc.statuses import OK, Code, RpcRefusal, status, status_of
 from app.grpc.telemetry import TelemetryHub
+from app.services.client_sessions import PRODUCER, PUSH_CONSUMER, SIMPLE_CONSUMER
 from app.services.flow import PutGate
 from app.services.put_batcher import PutBatcher
 from store.broker.metadata import MetadataError, consuming_group
@@ -37,6 +38,7 @@ MAX_ACK_ENTRIES = 1000
 DEADLINE_MARGIN_MS = 500  # a long poll answers this long before the client's deadline
 ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 BROKER_ID_MASTER = 0
+BROKER_NAME = "mqlens"  # the broker name routes give
 
 
 @dataclass
@@ -50,7 +52,6 @@ class FrontParts:
     receive_threads: anyio.CapacityLimiter
     access: Access
     limits: client_settings.ServerLimits
-    broker_name: str
     clients: Any  # app.services.client_sessions.ClientSessions
     counter: CallCounter
     hub: TelemetryHub
@@ -106,6 +107,14 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
                                     version=caller.version)
         return caller, principal
 
+    def _consumer(self, context: grpc.aio.ServicerContext, group: pb.Resource, topic: pb.Resource
+                  ) -> tuple[Caller, str, str]:
+        """The caller of a consumer's RPC, allowed to consume `topic` as `group` (checked names)."""
+        caller, principal = self._caller(context)
+        group_name, topic_name = _group_name(group), _topic_name(topic)
+        self.parts.access.may_consume(principal, group_name, topic_name)
+        return caller, group_name, topic_name
+
     # -- routes ----------------------------------------------------------------------------------
     @unary(spb.QueryRouteResponse, _counter)
     async def QueryRoute(self, request, context):
@@ -121,22 +130,19 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
             queues = config.queues
             perm = {(True, True): pb.READ_WRITE, (True, False): pb.READ, (False, True): pb.WRITE}.get(
                 (config.readable, config.writable), pb.NONE)
-        broker = pb.Broker(name=self.parts.broker_name, id=BROKER_ID_MASTER, endpoints=request.endpoints)
+        broker = pb.Broker(name=BROKER_NAME, id=BROKER_ID_MASTER, endpoints=request.endpoints)
         queues_out = [pb.MessageQueue(topic=request.topic, id=queue_id, permission=perm, broker=broker,
                                       accept_message_types=ACCEPTED_TYPES) for queue_id in range(queues)]
         return spb.QueryRouteResponse(status=OK, message_queues=queues_out)
 
     @unary(spb.QueryAssignmentResponse, _counter)
     async def QueryAssignment(self, request, context):
-        _, principal = self._caller(context)
-        topic = _topic_name(request.topic)
-        group = _group_name(request.group)
-        self.parts.access.may_consume(principal, group, topic)
+        _, group, topic = self._consumer(context, request.group, request.topic)
         config = self.parts.store.metadata.topic(topic)
         if config is None:
             return spb.QueryAssignmentResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
         # Every receive is served from all of the topic's queues, whichever it names: one assignment will do.
-        broker = pb.Broker(name=self.parts.broker_name, id=BROKER_ID_MASTER, endpoints=request.endpoints)
+        broker = pb.Broker(name=BROKER_NAME, id=BROKER_ID_MASTER, endpoints=request.endpoints)
         queue = pb.MessageQueue(topic=request.topic, id=0, permission=pb.READ_WRITE, broker=broker,
                                 accept_message_types=ACCEPTED_TYPES)
         return spb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=queue)])
@@ -257,10 +263,7 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
     # -- consuming -------------------------------------------------------------------------------
     @server_stream(spb.ReceiveMessageResponse, _counter)
     async def ReceiveMessage(self, request, context):
-        caller, principal = self._caller(context)
-        group = _group_name(request.group)
-        topic = _topic_name(request.message_queue.topic)
-        self.parts.access.may_consume(principal, group, topic)
+        caller, group, topic = self._consumer(context, request.group, request.message_queue.topic)
         tags = _tag_expression(request.filter_expression)
         batch = request.batch_size or 1
         if not 1 <= batch <= MAX_MESSAGES:
@@ -305,10 +308,7 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
 
     @unary(spb.AckMessageResponse, _counter)
     async def AckMessage(self, request, context):
-        caller, principal = self._caller(context)
-        group = _group_name(request.group)
-        topic = _topic_name(request.topic)
-        self.parts.access.may_consume(principal, group, topic)
+        caller, group, topic = self._consumer(context, request.group, request.topic)
         entries = list(request.entries)
         if not entries or len(entries) > MAX_ACK_ENTRIES:
             raise RpcRefusal(Code.BAD_REQUEST, f"an ack names 1 to {MAX_ACK_ENTRIES} receipt handles")
@@ -330,10 +330,7 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
 
     @unary(spb.ChangeInvisibleDurationResponse, _counter)
     async def ChangeInvisibleDuration(self, request, context):
-        caller, principal = self._caller(context)
-        group = _group_name(request.group)
-        topic = _topic_name(request.topic)
-        self.parts.access.may_consume(principal, group, topic)
+        caller, group, topic = self._consumer(context, request.group, request.topic)
         invisible_ms = _ms_within(messages.duration_ms(request.invisible_duration), MIN_INVISIBLE_MS,
                                   MAX_INVISIBLE_MS, Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration")
         self.parts.renewer.release(request.receipt_handle)
@@ -343,10 +340,7 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
 
     @unary(spb.ForwardMessageToDeadLetterQueueResponse, _counter)
     async def ForwardMessageToDeadLetterQueue(self, request, context):
-        _, principal = self._caller(context)
-        group = _group_name(request.group)
-        topic = _topic_name(request.topic)
-        self.parts.access.may_consume(principal, group, topic)
+        caller, group, topic = self._consumer(context, request.group, request.topic)
         self.parts.renewer.release(request.receipt_handle)
         reason = (f"the client gave up after {request.delivery_attempt} of {request.max_delivery_attempts} "
                   "attempts (FIFO)")
@@ -376,7 +370,7 @@ class MessagingFront(service_pb2_grpc.MessagingServiceServicer):
         return spb.RecallMessageResponse(status=status(Code.UNSUPPORTED, "recalling a message is not supported"))
 
 
-_KINDS = {pb.PRODUCER: "producer", pb.PUSH_CONSUMER: "push_consumer", pb.SIMPLE_CONSUMER: "simple_consumer",
+_KINDS = {pb.PRODUCER: PRODUCER, pb.PUSH_CONSUMER: PUSH_CONSUMER, pb.SIMPLE_CONSUMER: SIMPLE_CONSUMER,
           pb.PULL_CONSUMER: "pull_consumer", pb.LITE_PUSH_CONSUMER: "lite_push_consumer",
           pb.LITE_SIMPLE_CONSUMER: "lite_simple_consumer"}
 
