@@ -202,6 +202,22 @@ class GroupResponse(BaseModel):
     group: GroupOut
 
 
+class QueueProgressOut(BaseModel):
+    topic: str
+    queue_id: int
+    committed: int = Field(description="The group's committed consume offset on this queue.")
+    min_offset: int
+    max_offset: int
+    lag: int = Field(description="Messages still to consume: max_offset - max(committed, min_offset).")
+    expired: bool = Field(description="The committed offset points at messages retention already deleted.")
+
+
+class GroupStateResponse(GroupResponse):
+    queues: list[QueueProgressOut] = Field(description="Every queue the group committed an offset on, "
+                                           "its own topics first, then its retry topic.")
+    lag: int = Field(description="The lag of all its queues together.")
+
+
 class GroupUpdate(Strict):
     """Unset fields keep their current value. Bad values are refused with 400."""
 

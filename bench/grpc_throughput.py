@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> list[Result]:
     try:
         port = free_port()
         settings = {"grpc_port": port, "flush": args.flush, "max_pending_puts": 4096}
-        with LiveServer(workdir / "data", workdir / "server.log", settings=settings) as server:
+        with LiveServer(workdir / "data", workdir / "server.log", settings=settings, small_store=False) as server:
             server.start()
             endpoint = f"127.0.0.1:{port}"
             with server.client() as api:

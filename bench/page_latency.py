@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> tuple[Built, list[Page]]:
         log(f"building a store of {args.messages:,} messages ...")
         built = build_store(data_dir / "store", args)
         log(f"built in {built.seconds:.0f} s; starting the server")
-        with LiveServer(data_dir, root / "server.log") as server:
+        with LiveServer(data_dir, root / "server.log", small_store=False) as server:
             server.start()
             rng = random.Random(11)
             wl = built.workload

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="redrive-bench-", dir=args.workdir) as work:
         data = Path(work) / "data"
         dead_letters(data / "store", args.messages)
-        with LiveServer(data, Path(work) / "server.log", SETTINGS) as server:
+        with LiveServer(data, Path(work) / "server.log", SETTINGS, small_store=False) as server:
             server.start()
             with server.client() as client:
                 r = client.post("/api/redrive-jobs", json={"group": GROUP, "rate_per_s": args.rate,

@@ -214,7 +214,7 @@ def receive_ack_work(total: int):
 def run(args: argparse.Namespace) -> tuple[list[Phase], list[float]]:
     workdir = Path(tempfile.mkdtemp(prefix="mqlens-rest-", dir=args.workdir))
     try:
-        with LiveServer(workdir / "data", workdir / "server.log") as server:
+        with LiveServer(workdir / "data", workdir / "server.log", small_store=False) as server:
             server.start()
             phases, ratios = run_phases(server, args)
             server.stop()

@@ -465,7 +465,8 @@ class Result:
 def run(args: argparse.Namespace) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="mqlens-soak-", dir=args.workdir))
     try:
-        with LiveServer(workdir / "data", workdir / "server.log", settings={"delay_levels": DELAY_LEVELS}) as server:
+        with LiveServer(workdir / "data", workdir / "server.log", settings={"delay_levels": DELAY_LEVELS},
+                        small_store=False) as server:
             server.start()
             result = run_load(server, args)
             try:

@@ -19,6 +19,11 @@ ADMIN_TOKEN = "live-admin-token-0123456789"  # the bootstrap admin token every t
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 STARTUP_DEADLINE_S = 60
 STOP_DEADLINE_S = 60
+# A fresh store's geometry unless the caller gives one: RocketMQ's defaults reserve 1.5 GB of disk
+# per store (a 1 GiB commit log segment, a 400 MiB index file), and a suite starts dozens.
+SMALL_STORE_GEOMETRY = {"commitlog_file_size": 64 * 2**20, "cq_file_size": 20 * 30_000,
+                        "index_slots": 50_000, "index_entries": 200_000}
+GEOMETRY_FLAGS = ("--commitlog-file-size", "--cq-file-size", "--index-slots", "--index-entries")
 
 T = TypeVar("T")
 
@@ -40,12 +45,20 @@ def wait_until(condition: Callable[[], T], deadline_s: float, what: str, poll_s:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _names_store_or_geometry(settings: dict[str, object], args: tuple[str, ...]) -> bool:
+    if "store_dir" in settings or "--store" in args or any(a.startswith(GEOMETRY_FLAGS) for a in args):
+        return True
+    return any(key in settings for key in SMALL_STORE_GEOMETRY)
+
+
 class LiveServer:
     """One `mqlens serve` process at a time on a fixed port and data directory; `start` again
-    after `stop` serves the same data. Settings come as MQLENS_* environment variables."""
+    after `stop` serves the same data. Settings come as MQLENS_* environment variables. A store
+    the server makes gets SMALL_STORE_GEOMETRY unless `small_store` is off (benchmarks) or the
+    settings or arguments name a geometry or another store."""
 
     def __init__(self, data_dir: Path, log_path: Path, settings: dict[str, object] | None = None,
-                 args: tuple[str, ...] = (), port: int | None = None):
+                 args: tuple[str, ...] = (), port: int | None = None, small_store: bool = True):
         self.data_dir = data_dir
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -53,6 +66,8 @@ class LiveServer:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("MQLENS_")}
         self.env["MQLENS_BOOTSTRAP_ADMIN_TOKEN"] = ADMIN_TOKEN
         self.env["MQLENS_GRPC_PORT"] = "0"  # the gRPC front only where a test asks for it (settings)
+        if small_store and not _names_store_or_geometry(settings or {}, args):
+            self.env.update({f"MQLENS_{k.upper()}": str(v) for k, v in SMALL_STORE_GEOMETRY.items()})
         self.env.update({f"MQLENS_{k.upper()}": str(v) for k, v in (settings or {}).items()})
         self.admin_headers = ADMIN_HEADERS
         self._log: IO[str] = log_path.open("a+")

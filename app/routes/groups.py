@@ -14,13 +14,15 @@ from app.schemas import (
     GroupOut,
     GroupResponse,
     GroupsResponse,
+    GroupStateResponse,
     GroupUpdate,
     OffsetResetRequest,
     OffsetResetResponse,
+    QueueProgressOut,
     QueueResetOut,
 )
 from app.security import READ, Configurer
-from app.services import groups, offset_reset
+from app.services import group_status, groups, offset_reset
 
 router = APIRouter(tags=["groups"])
 
@@ -31,10 +33,16 @@ def list_groups(store: StoreDep) -> GroupsResponse:
     return GroupsResponse(groups=[GroupOut.model_validate(g, from_attributes=True) for g in groups.list_groups(store)])
 
 
-@router.get("/api/groups/{group}", dependencies=[READ], response_model=GroupResponse, responses=error_responses(400))
-def get_group(group: GroupPath, store: StoreDep) -> GroupResponse:
-    """A group's settings; a group nobody set up has the defaults (`configured: false`)."""
-    return GroupResponse(group=GroupOut.model_validate(groups.get_group(store, group), from_attributes=True))
+@router.get("/api/groups/{group}", dependencies=[READ], response_model=GroupStateResponse,
+            responses=error_responses(400))
+def get_group(group: GroupPath, store: StoreDep) -> GroupStateResponse:
+    """A group's settings, and its committed offset, max offset and lag on each queue; a group
+    nobody set up has the defaults (`configured: false`)."""
+    settings = groups.get_group(store, group)
+    progress = group_status.queue_progress(store, group)
+    return GroupStateResponse(group=GroupOut.model_validate(settings, from_attributes=True),
+                              queues=[QueueProgressOut(**asdict(q)) for q in progress],
+                              lag=sum(q.lag for q in progress))
 
 
 @router.put("/api/groups/{group}", response_model=GroupResponse, responses=error_responses(400, 403, 409, 422))

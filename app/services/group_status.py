@@ -76,6 +76,11 @@ def lags(offsets: dict[str, dict[int, int]], bounds: Bounds) -> list[QueueLag]:
     return sorted(rows, key=lambda r: (topics.is_system_topic(r.topic), r.topic, r.queue_id))
 
 
+def queue_progress(store: MessageStore, group: str) -> list[QueueLag]:
+    """One group's committed offset, bounds and lag on each queue it committed an offset on."""
+    return lags(store.offsets.of_group(group), queue_bounds(store))
+
+
 def dead_letter_count(bounds: Bounds, group: str) -> int:
     return sum(hi - lo for _, lo, hi in _topic_queues(bounds, topics.dlq_topic(group)))
 

@@ -20,6 +20,7 @@ async def test_an_unconfigured_group_has_the_defaults(api):
     group = r.json()["group"]
     assert len(group.pop("version")) == 12
     assert group == {"name": "billing", "configured": False, **DEFAULTS}
+    assert (r.json()["queues"], r.json()["lag"]) == ([], 0)
 
 
 async def test_put_creates_then_updates_a_group(api):

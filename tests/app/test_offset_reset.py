@@ -41,6 +41,22 @@ async def test_preview_then_reset_to_earliest_and_receive_again(api, clock):
     assert [q["after"] for q in r.json()["queues"]] == [3, 3]
 
 
+async def test_the_group_api_answers_each_queues_committed_offset_max_offset_and_lag(api):
+    await api.client.put("/api/topics/Orders", json={"queues": 2})
+    await put_messages(api, "Orders", [{"body": f"m{n}", "queue_id": n % 2} for n in range(6)])
+    assert await ack_all(api) == 6
+    r = await api.client.post(URL, json={"topic": "Orders", "to": {"offset": 1}, "queue_id": 0})
+    assert r.status_code == 200
+    await put_messages(api, "Orders", [{"body": "late", "queue_id": 1}])
+    state = (await api.client.get(f"/api/groups/{GROUP}")).json()
+    orders = [q for q in state["queues"] if q["topic"] == "Orders"]
+    assert orders == [
+        {"topic": "Orders", "queue_id": 0, "committed": 1, "min_offset": 0, "max_offset": 3, "lag": 2, "expired": False},
+        {"topic": "Orders", "queue_id": 1, "committed": 3, "min_offset": 0, "max_offset": 4, "lag": 1, "expired": False}]
+    assert state["lag"] == sum(q["lag"] for q in state["queues"]) >= 3
+    assert state["group"]["name"] == GROUP
+
+
 async def test_bad_resets(api):
     await put_messages(api, "Orders", {"body": "x"})
     assert_error(await api.client.post(URL, json={"topic": "Nope", "to": "latest"}), 404, "no messages")
