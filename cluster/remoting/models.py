@@ -1,0 +1,124 @@
+"""Typed answers of the admin calls, read from fastjson bodies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cluster.remoting.errors import CodecError
+
+MASTER_ID = 0
+
+
+def _dict(value, what: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise CodecError(f"{what} is not an object")
+    return value
+
+
+def _list(value, what: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise CodecError(f"{what} is not a list")
+    return value
+
+
+@dataclass(frozen=True)
+class BrokerData:
+    cluster: str
+    broker_name: str
+    addresses: dict[int, str]  # broker id (0: master) -> host:port
+
+    @classmethod
+    def from_json(cls, obj) -> BrokerData:
+        obj = _dict(obj, "broker data")
+        addrs = _dict(obj.get("brokerAddrs"), "brokerAddrs")
+        try:
+            addresses = {int(broker_id): str(addr) for broker_id, addr in addrs.items()}
+        except (TypeError, ValueError):
+            raise CodecError(f"brokerAddrs has a key that is not a broker id: {list(addrs)}") from None
+        return cls(cluster=str(obj.get("cluster", "")), broker_name=str(obj.get("brokerName", "")),
+                   addresses=dict(sorted(addresses.items())))
+
+    @property
+    def master_address(self) -> str | None:
+        return self.addresses.get(MASTER_ID)
+
+    def pick_address(self) -> str | None:
+        """The master, else any slave (RocketMQ's BrokerData.selectBrokerAddr picks a random one)."""
+        return self.master_address or next(iter(self.addresses.values()), None)
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    brokers: dict[str, BrokerData]  # broker name -> its data
+    clusters: dict[str, list[str]]  # cluster name -> broker names (sorted)
+
+    @classmethod
+    def from_json(cls, obj) -> ClusterInfo:
+        obj = _dict(obj, "cluster info")
+        brokers = {str(name): BrokerData.from_json(data)
+                   for name, data in _dict(obj.get("brokerAddrTable"), "brokerAddrTable").items()}
+        clusters = {str(name): sorted(str(b) for b in _list(names, "cluster broker names"))
+                    for name, names in _dict(obj.get("clusterAddrTable"), "clusterAddrTable").items()}
+        return cls(brokers=brokers, clusters=clusters)
+
+
+@dataclass(frozen=True)
+class QueueData:
+    broker_name: str
+    read_queues: int
+    write_queues: int
+    perm: int
+    topic_sys_flag: int = 0
+
+    @classmethod
+    def from_json(cls, obj) -> QueueData:
+        obj = _dict(obj, "queue data")
+        return cls(broker_name=str(obj.get("brokerName", "")), read_queues=int(obj.get("readQueueNums", 0)),
+                   write_queues=int(obj.get("writeQueueNums", 0)), perm=int(obj.get("perm", 0)),
+                   topic_sys_flag=int(obj.get("topicSysFlag", 0)))
+
+
+@dataclass(frozen=True)
+class TopicRoute:
+    topic: str
+    queues: list[QueueData]
+    brokers: list[BrokerData]
+    order_topic_conf: str | None = None
+
+    @classmethod
+    def from_json(cls, topic: str, obj) -> TopicRoute:
+        obj = _dict(obj, "topic route")
+        return cls(topic=topic,
+                   queues=[QueueData.from_json(q) for q in _list(obj.get("queueDatas"), "queueDatas")],
+                   brokers=[BrokerData.from_json(b) for b in _list(obj.get("brokerDatas"), "brokerDatas")],
+                   order_topic_conf=obj.get("orderTopicConf"))
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    read_queues: int
+    write_queues: int
+    perm: int
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    @classmethod
+    def from_json(cls, name: str, obj) -> TopicConfig:
+        obj = _dict(obj, "topic config")
+        return cls(name=str(obj.get("topicName", name)), read_queues=int(obj.get("readQueueNums", 0)),
+                   write_queues=int(obj.get("writeQueueNums", 0)), perm=int(obj.get("perm", 0)),
+                   topic_sys_flag=int(obj.get("topicSysFlag", 0)), order=bool(obj.get("order", False)))
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """What one broker answered to QUERY_MESSAGE: the records it found (keys not yet re-checked)."""
+
+    messages: list = field(default_factory=list)  # store.format.codec.StoredMessage
+    index_last_update_ms: int = 0
+    index_last_update_phys_offset: int = 0
