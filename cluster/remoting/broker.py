@@ -1,4 +1,4 @@
-"""Admin calls to one broker: runtime info, topic configs, a message by offset id, messages by key.
+"""Admin calls to one broker: runtime info, settings, topic configs, a message by offset id, messages by key.
 
 Message records come back as the broker stores them; mqlens's own store codec decodes them.
 """
@@ -45,6 +45,15 @@ class BrokerAdmin:
         response = await self.client.invoke_ok(address, request(RequestCode.GET_ALL_TOPIC_CONFIG))
         table = loads_fastjson(response.body).get("topicConfigTable", {})
         return {str(name): TopicConfig.from_json(str(name), obj) for name, obj in table.items()}
+
+    async def broker_config(self, address: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG: the broker's settings (its properties text, one key=value a line)."""
+        response = await self.client.invoke_ok(address, request(RequestCode.GET_BROKER_CONFIG))
+        try:
+            text = response.body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CodecError(f"{address}: broker config is not UTF-8") from None
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
     async def view_message(self, address: str, phys_offset: int) -> codec.StoredMessage:
         """VIEW_MESSAGE_BY_ID: the record at `phys_offset` of the broker's commit log."""

@@ -129,6 +129,8 @@ class RemotingConnection:
             raise RemotingTimeout(self.address, cmd.code, timeout_s) from None
         finally:
             self._waiting.pop(cmd.opaque, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # seen: a write failure already reported it
 
     async def oneway(self, cmd: RemotingCommand) -> None:
         """Send `cmd` with the one-way flag: the server sends no answer."""

@@ -154,36 +154,30 @@ class _Parser:
             return word.group()
         return self.value(depth + 1)
 
-    def object(self, depth: int) -> dict:
+    def _entries(self, close: str):
+        """Step through a container's entries; the caller reads one entry per step."""
         self.pos += 1
-        out: dict = {}
         while True:
             char = self.peek()
-            if char == "}":
+            if char == close:
                 self.pos += 1
-                return out
+                return
             if char == ",":
                 self.pos += 1
                 continue
+            yield
+            if self.peek() not in "," + close:
+                raise self.error(f"expected ',' or '{close}'")
+
+    def object(self, depth: int) -> dict:
+        out: dict = {}
+        for _ in self._entries("}"):
             key = self.key(depth)
             if self.peek() != ":":
                 raise self.error("expected ':' after a key")
             self.pos += 1
             out[key] = self.value(depth + 1)
-            if self.peek() not in ",}":
-                raise self.error("expected ',' or '}'")
+        return out
 
     def array(self, depth: int) -> list:
-        self.pos += 1
-        out: list = []
-        while True:
-            char = self.peek()
-            if char == "]":
-                self.pos += 1
-                return out
-            if char == ",":
-                self.pos += 1
-                continue
-            out.append(self.value(depth + 1))
-            if self.peek() not in ",]":
-                raise self.error("expected ',' or ']'")
+        return [self.value(depth + 1) for _ in self._entries("]")]

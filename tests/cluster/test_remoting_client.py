@@ -71,10 +71,10 @@ def test_a_request_times_out_and_a_late_answer_is_dropped():
 
 def test_oneway_gets_no_answer_and_the_connection_goes_on():
     async def main():
-        async with FakeServer(echo) as server:
-            async with RemotingClient() as client:
-                await client.invoke_oneway(server.address, request(15, {"offset": 3}))
-                assert (await client.invoke(server.address, request(14))).code == ResponseCode.SUCCESS
+        single = RemotingClient(ClientOptions(connections_per_address=1))
+        async with FakeServer(echo) as server, single as client:
+            await client.invoke_oneway(server.address, request(15, {"offset": 3}))
+            assert (await client.invoke(server.address, request(14))).code == ResponseCode.SUCCESS
             assert server.received[0].is_oneway and server.received[0].ext_fields == {"offset": "3"}
             assert not server.received[1].is_oneway
 
@@ -242,4 +242,4 @@ def test_the_signature_orders_keys_as_java_does():
     token = AclCredentials("a", "b", security_token="t")
     cmd = RemotingCommand(code=1, flag=RESPONSE_FLAG)
     token.sign(cmd)
-    assert cmd.ext_fields["SecurityToken"] == "t" and "t" not in repr(token).split("access_key")[0]
+    assert cmd.ext_fields["SecurityToken"] == "t" and repr(token) == "AclCredentials(access_key='a')"

@@ -19,9 +19,9 @@ from cluster.remoting.errors import ResponseError
 from cluster.remoting.fastjson import loads_fastjson
 from cluster.remoting.frame import FRAME_LENGTH, decode_frame, encode_frame
 from cluster.remoting.header_json import decode_json_header
-from cluster.remoting.lookups import query_by_key
+from cluster.remoting.lookups import query_by_key, query_by_unique_key
 from cluster.remoting.namesrv import NameServerAdmin, TopicNotFound
-from tests.cluster.rocketmq_fixture import RocketMQFixture
+from tests.cluster.rocketmq_fixture import FAST_DELAY_LEVELS, RocketMQFixture
 
 BROKER = "127.0.0.1:10911"
 
@@ -142,7 +142,8 @@ def test_topic_route_list_and_configs_match_mqadmin(rocketmq):
         return route, await namesrv.topic_list(), await broker.topic_configs(BROKER)
 
     route, topics, configs = with_admins(rocketmq, body)
-    theirs = loads_fastjson(rocketmq.mqadmin("topicRoute", "-t", topic))
+    printed = rocketmq.mqadmin("topicRoute", "-t", topic)
+    theirs = loads_fastjson(printed[printed.index("{") : printed.rindex("}") + 1])
     assert [(q.broker_name, q.read_queues, q.write_queues, q.perm, q.topic_sys_flag) for q in route.queues] == [
         (q["brokerName"], q["readQueueNums"], q["writeQueueNums"], q["perm"], q["topicSysFlag"])
         for q in theirs["queueDatas"]]
@@ -192,6 +193,15 @@ def test_view_message_by_id_matches_query_msg_by_id(rocketmq):
         assert f"UNIQ_KEY={message.unique_key}" in theirs["Properties"]
 
 
+def test_broker_config_matches_get_broker_config(rocketmq):
+    settings = with_admins(rocketmq, lambda namesrv, broker: broker.broker_config(BROKER))
+    printed = rocketmq.mqadmin("getBrokerConfig", "-b", BROKER)
+    theirs = dict((key.strip(), value) for key, _, value in
+                  (line.partition("=  ") for line in printed.splitlines() if "=  " in line))
+    assert settings == theirs
+    assert settings["messageDelayLevel"] == FAST_DELAY_LEVELS and settings["brokerName"] == "broker-a"
+
+
 def test_view_message_at_a_bad_offset_is_an_error(rocketmq):
     async def body(namesrv: NameServerAdmin, broker: BrokerAdmin):
         with pytest.raises(ResponseError) as refused:
@@ -220,9 +230,10 @@ def test_query_by_key_matches_query_msg_by_key(rocketmq):
         found = await eventually(lambda: _found(query_by_key(namesrv, broker, topic, wanted)))
         missing = await query_by_key(namesrv, broker, topic, unique("absent"))
         by_unique = await broker.query_message(BROKER, topic, sent[1]["msgId"], unique_key=True)
-        return found, missing, by_unique
+        copies = await query_by_unique_key(namesrv, broker, topic, sent[3]["msgId"])
+        return found, missing, by_unique, copies
 
-    found, missing, by_unique = with_admins(rocketmq, body)
+    found, missing, by_unique, copies = with_admins(rocketmq, body)
     assert found.complete and [m.keys for m in found.messages] == [[wanted]]
     assert found.messages[0].offset_msg_id == sent[2]["offsetMsgId"]
     ours = {(m.offset_msg_id, m.queue_id, m.queue_offset) for m in found.messages}
@@ -230,6 +241,7 @@ def test_query_by_key_matches_query_msg_by_key(rocketmq):
     assert missing.messages == [] and missing.complete
     assert [m.unique_key for m in by_unique.messages] == [sent[1]["msgId"]]
     assert by_unique.index_last_update_ms > 0
+    assert [m.offset_msg_id for m in copies.messages] == [sent[3]["offsetMsgId"]] and copies.complete
 
 
 async def _found(lookup):
