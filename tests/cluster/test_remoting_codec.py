@@ -65,7 +65,7 @@ def test_binary_header_layout_is_rocketmqs():
 def test_json_header_is_fastjsons_form():
     cmd = request(106, {"topic": "T", "flagged": True, "absent": None})
     assert encode_json_header(cmd) == (
-        b'{"code":106,"extFields":{"topic":"T","flagged":"true"},"flag":0,"language":"PYTHON",'
+        b'{"code":106,"extFields":{"flagged":"true","topic":"T"},"flag":0,"language":"PYTHON",'
         b'"opaque":0,"serializeTypeCurrentRPC":"JSON","version":409}')
 
 

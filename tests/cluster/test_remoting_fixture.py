@@ -236,7 +236,8 @@ def test_query_by_key_matches_query_msg_by_key(rocketmq):
     found, missing, by_unique, copies = with_admins(rocketmq, body)
     assert found.complete and [m.keys for m in found.messages] == [[wanted]]
     assert found.messages[0].offset_msg_id == sent[2]["offsetMsgId"]
-    ours = {(m.offset_msg_id, m.queue_id, m.queue_offset) for m in found.messages}
+    # mqadmin prints a message's unique key (the msgId a producer is given) in its "Message ID" column.
+    ours = {(m.unique_key, m.queue_id, m.queue_offset) for m in found.messages}
     assert ours == query_msg_by_key_rows(rocketmq.mqadmin("queryMsgByKey", "-t", topic, "-k", wanted))
     assert missing.messages == [] and missing.complete
     assert [m.unique_key for m in by_unique.messages] == [sent[1]["msgId"]]
