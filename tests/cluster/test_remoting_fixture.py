@@ -66,7 +66,7 @@ def capture_exchange(rocketmq: RocketMQFixture, address: str, frame: bytes) -> b
 
 # ---------------------------------------------------------------- bytes captured from the real servers
 
-def test_json_frames_from_the_name_server_decode(rocketmq):
+def test_json_frames_from_the_name_server_decode_and_re_encode_to_the_same_bytes(rocketmq):
     sent = request(RequestCode.GET_BROKER_CLUSTER_INFO)
     sent.opaque = 4242
     captured = capture_exchange(rocketmq, rocketmq.namesrv, encode_frame(sent))
@@ -78,6 +78,7 @@ def test_json_frames_from_the_name_server_decode(rocketmq):
     assert decode_json_header(header_bytes).code == answer.code
     assert orjson.loads(header_bytes)["flag"] == RESPONSE_FLAG
     assert decode_frame(encode_frame(answer)) == answer
+    assert encode_frame(answer) == captured  # fastjson's header form, byte for byte
     assert b"brokerAddrs" in answer.body and BROKER in loads_fastjson(answer.body)["brokerAddrTable"][
         "broker-a"]["brokerAddrs"].values()
 
