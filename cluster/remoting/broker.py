@@ -9,8 +9,7 @@ from cluster.remoting.client import RemotingClient
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.command import request
 from cluster.remoting.errors import CodecError, ResponseError
-from cluster.remoting.fastjson import loads_fastjson
-from cluster.remoting.models import QueryResult, TopicConfig
+from cluster.remoting.models import QueryResult, TopicConfig, as_object, body_object
 from store.errors import CorruptRecordError
 from store.format import codec
 from store.format.ids import decode_offset_msg_id
@@ -38,12 +37,12 @@ class BrokerAdmin:
 
     async def runtime_info(self, address: str) -> dict[str, str]:
         response = await self.client.invoke_ok(address, request(RequestCode.GET_BROKER_RUNTIME_INFO))
-        table = loads_fastjson(response.body).get("table", {})
+        table = as_object(body_object(response.body, "runtime info").get("table"), "runtime info table")
         return {str(key): str(value) for key, value in table.items()}
 
     async def topic_configs(self, address: str) -> dict[str, TopicConfig]:
         response = await self.client.invoke_ok(address, request(RequestCode.GET_ALL_TOPIC_CONFIG))
-        table = loads_fastjson(response.body).get("topicConfigTable", {})
+        table = as_object(body_object(response.body, "topic configs").get("topicConfigTable"), "topicConfigTable")
         return {str(name): TopicConfig.from_json(str(name), obj) for name, obj in table.items()}
 
     async def broker_config(self, address: str) -> dict[str, str]:

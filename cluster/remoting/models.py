@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cluster.remoting.errors import CodecError
+from cluster.remoting.fastjson import FastjsonError, loads_fastjson
 
 MASTER_ID = 0
 
 
-def _dict(value, what: str) -> dict:
+def as_object(value, what: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -25,6 +26,21 @@ def _list(value, what: str) -> list:
     return value
 
 
+def _int(obj: dict, name: str, default: int = 0) -> int:
+    value = obj.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CodecError(f"field {name!r} is not an integer: {value!r}")
+    return value
+
+
+def body_object(body: bytes, what: str) -> dict:
+    """A response body that must hold a JSON object (fastjson's form)."""
+    try:
+        return as_object(loads_fastjson(body), what) if body else {}
+    except FastjsonError as exc:
+        raise CodecError(f"{what} unreadable: {exc}") from None
+
+
 @dataclass(frozen=True)
 class BrokerData:
     cluster: str
@@ -33,8 +49,8 @@ class BrokerData:
 
     @classmethod
     def from_json(cls, obj) -> BrokerData:
-        obj = _dict(obj, "broker data")
-        addrs = _dict(obj.get("brokerAddrs"), "brokerAddrs")
+        obj = as_object(obj, "broker data")
+        addrs = as_object(obj.get("brokerAddrs"), "brokerAddrs")
         try:
             addresses = {int(broker_id): str(addr) for broker_id, addr in addrs.items()}
         except (TypeError, ValueError):
@@ -58,11 +74,11 @@ class ClusterInfo:
 
     @classmethod
     def from_json(cls, obj) -> ClusterInfo:
-        obj = _dict(obj, "cluster info")
+        obj = as_object(obj, "cluster info")
         brokers = {str(name): BrokerData.from_json(data)
-                   for name, data in _dict(obj.get("brokerAddrTable"), "brokerAddrTable").items()}
+                   for name, data in as_object(obj.get("brokerAddrTable"), "brokerAddrTable").items()}
         clusters = {str(name): sorted(str(b) for b in _list(names, "cluster broker names"))
-                    for name, names in _dict(obj.get("clusterAddrTable"), "clusterAddrTable").items()}
+                    for name, names in as_object(obj.get("clusterAddrTable"), "clusterAddrTable").items()}
         return cls(brokers=brokers, clusters=clusters)
 
 
@@ -76,10 +92,10 @@ class QueueData:
 
     @classmethod
     def from_json(cls, obj) -> QueueData:
-        obj = _dict(obj, "queue data")
-        return cls(broker_name=str(obj.get("brokerName", "")), read_queues=int(obj.get("readQueueNums", 0)),
-                   write_queues=int(obj.get("writeQueueNums", 0)), perm=int(obj.get("perm", 0)),
-                   topic_sys_flag=int(obj.get("topicSysFlag", 0)))
+        obj = as_object(obj, "queue data")
+        return cls(broker_name=str(obj.get("brokerName", "")), read_queues=_int(obj, "readQueueNums"),
+                   write_queues=_int(obj, "writeQueueNums"), perm=_int(obj, "perm"),
+                   topic_sys_flag=_int(obj, "topicSysFlag"))
 
 
 @dataclass(frozen=True)
@@ -91,7 +107,7 @@ class TopicRoute:
 
     @classmethod
     def from_json(cls, topic: str, obj) -> TopicRoute:
-        obj = _dict(obj, "topic route")
+        obj = as_object(obj, "topic route")
         return cls(topic=topic,
                    queues=[QueueData.from_json(q) for q in _list(obj.get("queueDatas"), "queueDatas")],
                    brokers=[BrokerData.from_json(b) for b in _list(obj.get("brokerDatas"), "brokerDatas")],
@@ -109,10 +125,10 @@ class TopicConfig:
 
     @classmethod
     def from_json(cls, name: str, obj) -> TopicConfig:
-        obj = _dict(obj, "topic config")
-        return cls(name=str(obj.get("topicName", name)), read_queues=int(obj.get("readQueueNums", 0)),
-                   write_queues=int(obj.get("writeQueueNums", 0)), perm=int(obj.get("perm", 0)),
-                   topic_sys_flag=int(obj.get("topicSysFlag", 0)), order=bool(obj.get("order", False)))
+        obj = as_object(obj, "topic config")
+        return cls(name=str(obj.get("topicName", name)), read_queues=_int(obj, "readQueueNums"),
+                   write_queues=_int(obj, "writeQueueNums"), perm=_int(obj, "perm"),
+                   topic_sys_flag=_int(obj, "topicSysFlag"), order=bool(obj.get("order", False)))
 
 
 @dataclass(frozen=True)

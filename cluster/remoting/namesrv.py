@@ -9,9 +9,8 @@ from __future__ import annotations
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.command import RemotingCommand, request
-from cluster.remoting.errors import RemotingError, ResponseError
-from cluster.remoting.fastjson import loads_fastjson
-from cluster.remoting.models import ClusterInfo, TopicRoute
+from cluster.remoting.errors import CodecError, RemotingError, ResponseError
+from cluster.remoting.models import ClusterInfo, TopicRoute, body_object
 
 
 class TopicNotFound(ResponseError):
@@ -43,7 +42,7 @@ class NameServerAdmin:
     async def broker_cluster_info(self) -> ClusterInfo:
         address, response = await self._invoke(request(RequestCode.GET_BROKER_CLUSTER_INFO))
         _check(address, RequestCode.GET_BROKER_CLUSTER_INFO, response)
-        return ClusterInfo.from_json(loads_fastjson(response.body))
+        return ClusterInfo.from_json(body_object(response.body, "cluster info"))
 
     async def topic_route(self, topic: str) -> TopicRoute:
         cmd = request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
@@ -51,13 +50,15 @@ class NameServerAdmin:
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
             raise TopicNotFound(address, cmd.code, response.code, response.remark)
         _check(address, cmd.code, response)
-        return TopicRoute.from_json(topic, loads_fastjson(response.body))
+        return TopicRoute.from_json(topic, body_object(response.body, "topic route"))
 
     async def topic_list(self) -> list[str]:
         address, response = await self._invoke(request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
         _check(address, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, response)
-        body = loads_fastjson(response.body) if response.body else {}
-        return sorted(str(topic) for topic in body.get("topicList", []))
+        topics = body_object(response.body, "topic list").get("topicList") or []
+        if not isinstance(topics, list):
+            raise CodecError(f"{address}: topicList is not a list")
+        return sorted(str(topic) for topic in topics)
 
 
 def _check(address: str, code: int, response: RemotingCommand) -> None:
