@@ -1,8 +1,9 @@
 """RocketMQ's ACL request signature (AclClientRPCHook), for clusters with ACL on.
 
-Before a request is sent: AccessKey (and SecurityToken, if any) join the extFields; the values of all
-extFields except Signature, ordered by their keys as Java's TreeMap orders strings, are concatenated,
-the body appended, and HMAC-SHA1 under the secret key, base64, goes into the Signature field.
+Before a request is sent: AccessKey (and SecurityToken, if any) join the extFields; the values of the
+extFields, ordered by their keys as Java's TreeMap orders strings, are concatenated, the body appended,
+and HMAC-SHA1 under the secret key, base64, goes into the Signature field. Left out of the content:
+Signature itself and _UNIQUE_KEY_QUERY, which the broker (PlainAccessValidator) leaves out when it checks.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import hashlib
 import hmac
 from dataclasses import dataclass, field
 
+from cluster.remoting.codes import UNIQUE_KEY_QUERY_FIELD
 from cluster.remoting.command import RemotingCommand
 
 ACCESS_KEY = "AccessKey"
 SECURITY_TOKEN = "SecurityToken"
 SIGNATURE = "Signature"
+UNSIGNED_FIELDS = frozenset({SIGNATURE, UNIQUE_KEY_QUERY_FIELD})
 
 
 def _java_string_order(text: str) -> bytes:
@@ -25,7 +28,8 @@ def _java_string_order(text: str) -> bytes:
 
 
 def signature(ext_fields: dict[str, str], body: bytes, secret_key: str) -> str:
-    content = "".join(ext_fields[key] for key in sorted(ext_fields, key=_java_string_order) if key != SIGNATURE)
+    signed = sorted((key for key in ext_fields if key not in UNSIGNED_FIELDS), key=_java_string_order)
+    content = "".join(ext_fields[key] for key in signed)
     digest = hmac.new(secret_key.encode("utf-8"), content.encode("utf-8") + body, hashlib.sha1).digest()
     return base64.b64encode(digest).decode("ascii")
 

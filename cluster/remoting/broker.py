@@ -6,16 +6,13 @@ Message records come back as the broker stores them; mqlens's own store codec de
 from __future__ import annotations
 
 from cluster.remoting.client import RemotingClient
-from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.codes import UNIQUE_KEY_QUERY_FIELD, RequestCode, ResponseCode
 from cluster.remoting.command import request
 from cluster.remoting.errors import CodecError, ResponseError
 from cluster.remoting.models import QueryResult, TopicConfig, as_object, body_object
 from store.errors import CorruptRecordError
 from store.format import codec
 from store.format.ids import decode_offset_msg_id
-
-# MixAll.UNIQUE_MSG_QUERY_FLAG: QUERY_MESSAGE by unique key (the broker then caps results itself).
-UNIQUE_KEY_QUERY_FIELD = "_UNIQUE_KEY_QUERY"
 
 
 def decode_records(body: bytes, *, what: str = "broker answer") -> list[codec.StoredMessage]:

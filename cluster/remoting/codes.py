@@ -11,6 +11,9 @@ from enum import IntEnum
 # writes route data with string map keys (standard JSON).
 VERSION_V4_9_8 = 409
 
+# MixAll.UNIQUE_MSG_QUERY_FLAG: the extField that makes QUERY_MESSAGE a unique-key lookup.
+UNIQUE_KEY_QUERY_FIELD = "_UNIQUE_KEY_QUERY"
+
 
 class SerializeType(IntEnum):
     """How the header is encoded; the high byte of the frame's header-length word."""

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import os
 import re
+import shutil
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -96,11 +97,23 @@ class RocketMQFixture:
         return "\n".join(tails)
 
 
-def start(run_dir: Path) -> RocketMQFixture:
+def acl_home(home: Path, access_key: str, secret_key: str) -> dict[str, str]:
+    """A RocketMQ home with the fixture's logging configs and one admin account; the environment
+    that makes `start` run a broker with ACL on against it."""
+    (home / "conf").mkdir(parents=True)
+    for config in (FIXTURE_HOME / "conf").glob("*.xml"):
+        shutil.copy(config, home / "conf" / config.name)
+    (home / "conf" / "plain_acl.yml").write_text(
+        f"globalWhiteRemoteAddresses:\naccounts:\n  - accessKey: {access_key}\n    secretKey: {secret_key}\n"
+        "    whiteRemoteAddress:\n    admin: true\n")
+    return {"RMQ_FIXTURE_BROKER_EXTRA": "aclEnable=true", "RMQ_FIXTURE_JAVA_OPTS": f"-Drocketmq.home.dir={home}"}
+
+
+def start(run_dir: Path, env: dict[str, str] | None = None) -> RocketMQFixture:
     command = [str(RMQ_FIXTURE), "start", "--dir", str(run_dir), "--net", "private",
                "--delay-levels", FAST_DELAY_LEVELS, "--hash-slots", "5000", "--index-num", "20000"]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=150)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=150, env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired:
         stop(run_dir)
         raise
