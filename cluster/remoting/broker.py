@@ -1,4 +1,4 @@
-"""Admin calls to one broker: runtime info, settings, topic configs, a message by offset id, messages by key.
+"""Admin calls to one broker: runtime info, settings, topic configs, consume stats, messages by offset id or key.
 
 Message records come back as the broker stores them; mqlens's own store codec decodes them.
 """
@@ -9,7 +9,7 @@ from cluster.remoting.client import RemotingClient
 from cluster.remoting.codes import UNIQUE_KEY_QUERY_FIELD, RequestCode, ResponseCode
 from cluster.remoting.command import request
 from cluster.remoting.errors import CodecError, ResponseError
-from cluster.remoting.models import QueryResult, TopicConfig, as_object, body_object
+from cluster.remoting.models import ConsumeStats, QueryResult, TopicConfig, as_object, body_object
 from store.errors import CorruptRecordError
 from store.format import codec
 from store.format.ids import decode_offset_msg_id
@@ -50,6 +50,12 @@ class BrokerAdmin:
         except UnicodeDecodeError:
             raise CodecError(f"{address}: broker config is not UTF-8") from None
         return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+    async def consume_stats(self, address: str, group: str, topic: str | None = None) -> ConsumeStats:
+        """GET_CONSUME_STATS: the group's offsets on this broker, per queue (all its topics, or one)."""
+        response = await self.client.invoke_ok(
+            address, request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic}))
+        return ConsumeStats.from_json(body_object(response.body, "consume stats"))
 
     async def view_message(self, address: str, phys_offset: int) -> codec.StoredMessage:
         """VIEW_MESSAGE_BY_ID: the record at `phys_offset` of the broker's commit log."""

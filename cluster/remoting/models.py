@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cluster.remoting.errors import CodecError
-from cluster.remoting.fastjson import FastjsonError, loads_fastjson
+from cluster.remoting.fastjson import FastjsonError, ObjectKey, loads_fastjson
 
 MASTER_ID = 0
 
@@ -138,3 +138,40 @@ class QueryResult:
     messages: list = field(default_factory=list)  # store.format.codec.StoredMessage
     index_last_update_ms: int = 0
     index_last_update_phys_offset: int = 0
+
+
+@dataclass(frozen=True)
+class QueueProgress:
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp_ms: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.broker_offset - self.consumer_offset)
+
+
+@dataclass(frozen=True)
+class ConsumeStats:
+    """A group's progress on one broker (ConsumeStats), queues keyed by (topic, broker name, queue id)."""
+
+    consume_tps: float
+    queues: dict[tuple[str, str, int], QueueProgress]
+
+    @classmethod
+    def from_json(cls, obj) -> ConsumeStats:
+        obj = as_object(obj, "consume stats")
+        queues = {}
+        for key, value in as_object(obj.get("offsetTable"), "offsetTable").items():
+            if not isinstance(key, ObjectKey):
+                raise CodecError(f"offsetTable key is not a message queue: {key!r}")
+            queue_id = key.get("queueId")
+            if isinstance(queue_id, bool) or not isinstance(queue_id, int):
+                raise CodecError(f"offsetTable key has no queue id: {key!r}")
+            value = as_object(value, "offset wrapper")
+            queues[(str(key.get("topic", "")), str(key.get("brokerName", "")), queue_id)] = QueueProgress(
+                _int(value, "brokerOffset"), _int(value, "consumerOffset"), _int(value, "lastTimestamp"))
+        tps = obj.get("consumeTps", 0.0)
+        if isinstance(tps, bool) or not isinstance(tps, int | float):
+            raise CodecError(f"consumeTps is not a number: {tps!r}")
+        return cls(consume_tps=float(tps), queues=dict(sorted(queues.items())))

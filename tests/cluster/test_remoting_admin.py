@@ -103,7 +103,8 @@ def test_broker_bodies_that_are_wrong_raise_codec_errors():
     async def main():
         bodies = {RequestCode.GET_BROKER_RUNTIME_INFO: b'{"table":[1]}',
                   RequestCode.VIEW_MESSAGE_BY_ID: b"\x00\x00\x00\x10not a record",
-                  RequestCode.GET_ALL_TOPIC_CONFIG: b'{"topicConfigTable":{"T":{"perm":true}}}'}
+                  RequestCode.GET_ALL_TOPIC_CONFIG: b'{"topicConfigTable":{"T":{"perm":true}}}',
+                  RequestCode.GET_CONSUME_STATS: b'{"offsetTable":{"T":{"brokerOffset":1}}}'}
         async with FakeServer(answering(bodies)) as server, RemotingClient() as client:
             broker = BrokerAdmin(client)
             for call in (broker.runtime_info(server.address), broker.view_message(server.address, 0),

@@ -249,3 +249,32 @@ def test_query_by_key_matches_query_msg_by_key(rocketmq):
 async def _found(lookup):
     result = await lookup
     return result if result.messages else None
+
+
+def consumer_progress_rows(text: str) -> dict[tuple[str, str, int], tuple[int, int]]:
+    rows = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and not line.startswith("#") and parts[2].isdigit():
+            rows[(parts[0], parts[1], int(parts[2]))] = (int(parts[3]), int(parts[4]))
+    return rows
+
+
+def test_consume_stats_match_consumer_progress(rocketmq):
+    topic, group = unique("StatsTopic"), unique("StatsGroup")
+    rocketmq.produce(topic, 6, unique("stats"))
+    rocketmq.run("consume", group, topic, "6", "60")
+
+    async def body(namesrv: NameServerAdmin, broker: BrokerAdmin):
+        async def consumed_all():
+            stats = await broker.consume_stats(BROKER, group)
+            done = sum(p.consumer_offset for (t, _, _), p in stats.queues.items() if t == topic)
+            return stats if done == 6 else None
+
+        return await eventually(consumed_all)
+
+    stats = with_admins(rocketmq, body)  # object keys in the body: {{"brokerName":...,"queueId":...}:{...}}
+    ours = {key: (p.broker_offset, p.consumer_offset) for key, p in stats.queues.items()}
+    assert ours == consumer_progress_rows(rocketmq.mqadmin("consumerProgress", "-g", group))
+    assert topic in {t for t, _, _ in ours} and {t for t, _, _ in ours} <= {topic, f"%RETRY%{group}"}
+    assert all(p.lag == 0 for (t, _, _), p in stats.queues.items() if t == topic)
