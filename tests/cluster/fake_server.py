@@ -1,0 +1,68 @@
+"""A remoting server on a loopback port whose behaviour each test scripts: to test the client's
+side of timeouts, drops, reordered answers, oversized frames and requests from the server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from cluster.remoting.command import RemotingCommand
+from cluster.remoting.frame import FRAME_LENGTH, decode_frame_payload, encode_frame, frame_length
+
+Handler = Callable[["Peer", RemotingCommand], Awaitable[None]]
+
+
+class Peer:
+    """One accepted connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader = reader
+        self.writer = writer
+
+    async def send(self, cmd: RemotingCommand) -> None:
+        self.writer.write(encode_frame(cmd))
+        await self.writer.drain()
+
+    async def send_raw(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def receive(self) -> RemotingCommand:
+        length = frame_length(await self.reader.readexactly(FRAME_LENGTH.size))
+        return decode_frame_payload(await self.reader.readexactly(length))
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class FakeServer:
+    def __init__(self, handler: Handler):
+        self.handler = handler
+        self.received: list[RemotingCommand] = []
+        self.peers: list[Peer] = []
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> FakeServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        for peer in self.peers:
+            peer.close()
+        self._server.close()
+        await self._server.wait_closed()
+
+    @property
+    def address(self) -> str:
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return f"{host}:{port}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = Peer(reader, writer)
+        self.peers.append(peer)
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while not writer.is_closing():
+                cmd = await peer.receive()
+                self.received.append(cmd)
+                await self.handler(peer, cmd)
