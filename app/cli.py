@@ -461,9 +461,16 @@ def serve(
                                                        "front serves TLS only.")] = None,
     grpc_tls_key: Annotated[Path | None, typer.Option("--grpc-tls-key", help="PEM private key of the certificate.")]
     = None,
+    namesrv: Annotated[str | None, typer.Option("--namesrv", help="Attach to a live RocketMQ cluster through its "
+                                                "name servers (host:port;host:port) instead of the embedded store.")]
+    = None,
+    cluster_access_key: Annotated[str | None, typer.Option("--cluster-access-key", help="ACL access key the "
+                                                           "console signs its cluster requests with.")] = None,
+    cluster_secret_key: Annotated[str | None, typer.Option("--cluster-secret-key", help="Its secret key (better: "
+                                                           "MQLENS_CLUSTER_SECRET_KEY, unseen by ps).")] = None,
 ) -> None:
     """Migrate the database, then serve the console and REST API, and the gRPC front for RocketMQ 5
-    clients (one process, one worker)."""
+    clients (one process, one worker). With --namesrv the console shows a live RocketMQ cluster."""
     import logging
     import signal
 
@@ -472,13 +479,17 @@ def serve(
     from app.allocator import limit_malloc_arenas
     from app.main import create_app
 
-    _check_served_store(store, read_only)
     settings = _settings(data_dir=data, host=host, port=port, demo=demo or None, store_dir=store,
                          read_only=read_only or None, commitlog_file_size=commitlog_file_size,
                          cq_file_size=cq_file_size, index_slots=index_slots, index_entries=index_entries,
                          delay_levels=delay_levels, grpc_port=grpc_port, grpc_tls_cert=grpc_tls_cert,
-                         grpc_tls_key=grpc_tls_key)
-    _check_geometry(settings.store_dir, settings.geometry())
+                         grpc_tls_key=grpc_tls_key, namesrv=namesrv, cluster_access_key=cluster_access_key,
+                         cluster_secret_key=cluster_secret_key)
+    if settings.namesrv is None:
+        _check_served_store(store, read_only)
+        _check_geometry(settings.store_dir, settings.geometry())
+    elif store is not None:
+        raise CliError("--store serves a store directory; --namesrv attaches to a live cluster: give one of them")
     if settings.listens_beyond_loopback() and settings.anonymous_viewer:
         raise CliError(f"--host {settings.host} with MQLENS_ANONYMOUS_VIEWER would show message bodies and "
                        "topics to anyone on the network: turn anonymous viewing off, or listen on 127.0.0.1")
@@ -490,8 +501,13 @@ def serve(
             ", ".join(settings.host_names()),
             "" if settings.secure_cookies else "; serve it behind HTTPS and set MQLENS_SECURE_COOKIES=true")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    logging.getLogger("mqlens").info("data in %s, store in %s%s", settings.data_dir, settings.store_dir,
-                                     " (read-only)" if settings.read_only else "")
+    if settings.namesrv is not None:
+        logging.getLogger("mqlens").info("data in %s; attached to the RocketMQ cluster of name servers %s%s",
+                                         settings.data_dir, settings.namesrv,
+                                         " (requests signed)" if settings.cluster_access_key else "")
+    else:
+        logging.getLogger("mqlens").info("data in %s, store in %s%s", settings.data_dir, settings.store_dir,
+                                         " (read-only)" if settings.read_only else "")
     limit_malloc_arenas()
     server_app = create_app(settings)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again: once the

@@ -114,6 +114,16 @@ class Settings(BaseSettings):
     # How far a signed call's x-mq-date-time may be from the server's clock, beyond a whole
     # quarter-hour time-zone offset of up to 14 h (the clients sign their local time marked Z).
     grpc_max_skew_ms: int = Field(5 * 60_000, ge=1_000, le=3_600_000)
+    # A live RocketMQ cluster instead of the embedded store: its name servers, 'host:port;host:port'
+    # (RocketMQ's namesrvAddr). No store is opened then; the operator database stays. With ACL on
+    # the brokers, the account the console signs its requests with.
+    namesrv: str | None = Field(None, max_length=2000)
+    cluster_access_key: str | None = Field(None, max_length=256)
+    cluster_secret_key: SecretStr | None = None
+    # How long one request to a name server or broker may take, and one console request for all
+    # the brokers together: a broker slower than that is named as not answering.
+    cluster_request_timeout_ms: int = Field(3_000, ge=100, le=60_000)
+    cluster_deadline_ms: int = Field(5_000, ge=100, le=120_000)
 
     @field_validator("database_url")
     @classmethod
@@ -145,6 +155,18 @@ class Settings(BaseSettings):
                     raise ValueError(f"a trusted proxy is an IP address or network (10.0.0.0/8), not {entry!r}") \
                         from None
         return spec
+
+    @field_validator("namesrv")
+    @classmethod
+    def _name_servers(cls, spec: str | None) -> str | None:
+        if spec is None or not spec.strip():
+            return None
+        addresses = [part.strip() for part in spec.split(";") if part.strip()]
+        for address in addresses:
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host):
+                raise ValueError(f"a name server address is host:port, not {address!r}")
+        return ";".join(addresses)
 
     @field_validator("client_secret_key")
     @classmethod
@@ -199,6 +221,19 @@ class Settings(BaseSettings):
         if self.max_large_bodies_bytes < self.max_request_bytes:
             raise ValueError("max_large_bodies_bytes must be at least max_request_bytes, or no large request fits")
         return self
+
+    @model_validator(mode="after")
+    def _cluster_or_store(self) -> Settings:
+        if self.namesrv is None:
+            return self
+        if self.read_only or self.demo:
+            raise ValueError("read_only and demo are about the embedded store; a live cluster (namesrv) has none")
+        if bool(self.cluster_access_key) != (self.cluster_secret_key is not None):
+            raise ValueError("a cluster with ACL needs both cluster_access_key and cluster_secret_key")
+        return self
+
+    def name_servers(self) -> list[str]:
+        return self.namesrv.split(";") if self.namesrv else []
 
     def host_names(self) -> list[str]:
         """The Host header values (without port) the server answers to."""

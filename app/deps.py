@@ -11,15 +11,38 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.services.client_sessions import ClientSessions
 from app.services.credential_verifier import CredentialVerifier
+from app.services.errors import NotOnThisBackendError
 from app.services.flow import PutGate
 from app.services.pipeline_command import PipelineSetup
 from app.services.pipeline_runner import PipelineRunner
+from app.services.put_batcher import PutBatcher
+from backend.protocol import Backend
 from store.clock import Clock
 from store.message_store import MessageStore
 
 
+def _needs_the_store(request: Request) -> NotOnThisBackendError:
+    return NotOnThisBackendError(
+        f"{request.url.path} needs the embedded store, and this console is attached to a live RocketMQ "
+        f"cluster (name servers {request.app.state.settings.namesrv}); the Cluster page shows what it sees")
+
+
 async def get_store(request: Request) -> MessageStore:
-    return request.app.state.store
+    store = request.app.state.store
+    if store is None:
+        raise _needs_the_store(request)
+    return store
+
+
+async def get_put_batcher(request: Request) -> PutBatcher:
+    batcher = request.app.state.put_batcher
+    if batcher is None:
+        raise _needs_the_store(request)
+    return batcher
+
+
+async def get_backend(request: Request) -> Backend:
+    return request.app.state.backend
 
 
 async def get_sessions(request: Request) -> sessionmaker[Session]:
@@ -56,11 +79,15 @@ async def get_pipeline_runner(request: Request) -> PipelineRunner:
 
 async def get_credential_verifier(request: Request) -> CredentialVerifier:
     return request.app.state.credential_verifier
+
+
 async def get_client_sessions(request: Request) -> ClientSessions:
     return request.app.state.client_sessions
 
 
 StoreDep = Annotated[MessageStore, Depends(get_store)]
+BackendDep = Annotated[Backend, Depends(get_backend)]
+PutBatcherDep = Annotated[PutBatcher, Depends(get_put_batcher)]
 SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
 ClockDep = Annotated[Clock, Depends(get_clock)]
 PutGateDep = Annotated[PutGate, Depends(get_put_gate)]

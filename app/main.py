@@ -36,6 +36,7 @@ from app.pages import analytics as analytics_page
 from app.pages import audit as audit_page
 from app.pages import client_credentials as client_credentials_page
 from app.pages import clients as clients_page
+from app.pages import cluster as cluster_page
 from app.pages import config as config_page
 from app.pages import dashboard as dashboard_page
 from app.pages import dead_letters as dead_letters_page
@@ -53,6 +54,7 @@ from app.routes import audit as audit_routes
 from app.routes import auth as auth_routes
 from app.routes import client_credentials as client_credential_routes
 from app.routes import clients as clients_routes
+from app.routes import clusters as cluster_routes
 from app.routes import config as config_routes
 from app.routes import dead_letters as dead_letter_routes
 from app.routes import docs, groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
@@ -82,6 +84,9 @@ from app.services.put_batcher import PutBatcher
 from app.services.rates import RateSampler
 from app.services.redrive import RedriveRunner
 from app.twin import JsonTwinMiddleware
+from backend.embedded import EmbeddedBackend
+from backend.protocol import Backend
+from cluster.backend import ClusterBackend, ClusterSettings
 from store.clock import Clock, SystemClock
 from store.errors import DiskFullError
 from store.message_store import MessageStore, StoreConfig
@@ -93,7 +98,8 @@ log = logging.getLogger("mqlens.app")
 class _Resources:
     engine: Engine
     sessions: sessionmaker[Session]
-    store: MessageStore
+    store: MessageStore | None  # None on a live cluster
+    backend: Backend
     session_secret: str
     verifier: CredentialVerifier
     pipeline: PipelineRunner
@@ -140,7 +146,35 @@ def _client_verifier(settings: Settings, sessions: sessionmaker[Session], clock:
     return verifier
 
 
+def _cluster_backend(settings: Settings) -> ClusterBackend:
+    secret = settings.cluster_secret_key.get_secret_value() if settings.cluster_secret_key is not None else None
+    return ClusterBackend(ClusterSettings(
+        settings.name_servers(), settings.cluster_access_key, secret,
+        request_timeout_s=settings.cluster_request_timeout_ms / 1000, deadline_s=settings.cluster_deadline_ms / 1000))
+
+
+def _start_on_cluster(settings: Settings, clock: Clock) -> _Resources:
+    """The operator database and a live cluster's backend; no store, so no store's workers."""
+    assert settings.database_url is not None
+    migrate(settings.database_url)
+    engine = make_engine(settings.database_url)
+    try:
+        sessions = session_factory(engine)
+        session_secret = _set_up_accounts(settings, sessions, clock)
+        verifier = _client_verifier(settings, sessions, clock)
+        pipeline = PipelineRunner(sessions, clock)
+        for line in pipeline_runs.reconcile_runs(pipeline, sessions, clock):
+            log.info("start-up: %s", line)
+        pipeline.start()
+    except BaseException:
+        engine.dispose()
+        raise
+    return _Resources(engine, sessions, None, _cluster_backend(settings), session_secret, verifier, pipeline)
+
+
 def _start(settings: Settings, clock: Clock) -> _Resources:
+    if settings.namesrv is not None:
+        return _start_on_cluster(settings, clock)
     assert settings.database_url is not None and settings.store_dir is not None
     migrate(settings.database_url)
     engine = make_engine(settings.database_url)
@@ -170,7 +204,8 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
         raise
     if settings.read_only:
         log.info("serving the store in %s read-only", settings.store_dir)
-        return _Resources(engine, sessions, store, session_secret, verifier, pipeline)
+        return _Resources(engine, sessions, store, EmbeddedBackend(store, _version()), session_secret, verifier,
+                          pipeline)
     redrive = None
     try:
         for line in config_service.reconcile_delay_levels(store, sessions):
@@ -191,7 +226,8 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
         store.close()
         engine.dispose()
         raise
-    return _Resources(engine, sessions, store, session_secret, verifier, pipeline, demo, redrive)
+    return _Resources(engine, sessions, store, EmbeddedBackend(store, _version()), session_secret, verifier, pipeline,
+                      demo, redrive)
 
 
 def _stop(resources: _Resources) -> None:
@@ -204,7 +240,9 @@ def _stop(resources: _Resources) -> None:
             resources.demo.stop()
     finally:
         try:
-            resources.store.close()
+            resources.backend.close()
+            if resources.store is not None:
+                resources.store.close()
         except DiskFullError as exc:
             log.error("closing the store: %s", exc)
         finally:
@@ -237,14 +275,15 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
         app.state.receive_threads = anyio.CapacityLimiter(settings.max_receives)
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.request_threads
         app.state.store = resources.store
-        app.state.put_batcher = PutBatcher(resources.store)
+        app.state.backend = resources.backend
+        app.state.put_batcher = PutBatcher(resources.store) if resources.store is not None else None
         app.state.sessions = resources.sessions
         app.state.session_secret = resources.session_secret
         app.state.redrive = resources.redrive
         app.state.pipeline_runner = resources.pipeline
         # The gRPC front checks every call's signature with it (verify, check_produce, check_consume).
         app.state.credential_verifier = resources.verifier.start()
-        front = front_for(app.state, settings)
+        front = front_for(app.state, settings) if resources.store is not None else None
         if front is not None:
             try:
                 await front.start()
@@ -298,7 +337,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
                    config_routes, queue_view, timeline, resend, lookup, clients_routes, docs, metrics_routes,
                    dashboard_page, search_page, message_page, timeline_page, topics_page, groups_page, clients_page,
                    dead_letters_page, redrive_routes, redrive_page, config_page, audit_routes, audit_page,
-                   pipeline_routes, analytics_page, admin_page, client_credential_routes, client_credentials_page):
+                   pipeline_routes, analytics_page, admin_page, client_credential_routes, client_credentials_page,
+                   cluster_routes, cluster_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
     app.add_middleware(JsonContentTypeMiddleware, refuse=_refuse_media_type)

@@ -113,7 +113,8 @@ class Renderer:
         principal = getattr(request.state, "principal", None)
         return {"nav": "", **data, "request": request, "principal": principal,
                 "can": (lambda permission: principal is not None and principal.can(permission)),
-                "read_only": getattr(request.app.state.settings, "read_only", False)}
+                "read_only": getattr(request.app.state.settings, "read_only", False),
+                "on_cluster": getattr(request.app.state.settings, "namesrv", None) is not None}
 
     def page(self, request: Request, template: str, data: dict[str, Any], *, fragment: str | None = None,
              status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_serializer, model_validator
 
 from app.params import (
     ACCOUNT_NAME_PATTERN,
@@ -102,7 +102,20 @@ class ProduceResponse(BaseModel):
 
 
 # -- topics ------------------------------------------------------------------------------------
-class QueueOffsetsOut(BaseModel):
+class BrokerNamed(BaseModel):
+    """A queue of a live cluster names its broker; on the embedded store the field is left out."""
+
+    broker: str | None = Field(None, description="The broker holding the queue; only on a live cluster.")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_broker(self, serialize):
+        data = serialize(self)
+        if data.get("broker") is None:
+            data.pop("broker", None)
+        return data
+
+
+class QueueOffsetsOut(BrokerNamed):
     queue_id: int
     min_offset: int
     max_offset: int
@@ -122,6 +135,8 @@ class TopicOut(BaseModel):
 class TopicsResponse(BaseModel):
     ok: Literal[True] = True
     topics: list[TopicOut]
+    complete: bool = Field(True, description="False: part of the answer is missing (see problems).")
+    problems: list[str] = Field(default_factory=list, description="Brokers that did not answer in time, and why.")
 
 
 class TopicUpdate(Strict):
@@ -202,7 +217,7 @@ class GroupResponse(BaseModel):
     group: GroupOut
 
 
-class QueueProgressOut(BaseModel):
+class QueueProgressOut(BrokerNamed):
     topic: str
     queue_id: int
     committed: int = Field(description="The group's committed consume offset on this queue.")
@@ -216,6 +231,8 @@ class GroupStateResponse(GroupResponse):
     queues: list[QueueProgressOut] = Field(description="Every queue the group committed an offset on, "
                                            "its own topics first, then its retry topic.")
     lag: int = Field(description="The lag of all its queues together.")
+    complete: bool = Field(True, description="False: part of the answer is missing (see problems).")
+    problems: list[str] = Field(default_factory=list, description="Brokers that did not answer in time, and why.")
 
 
 class GroupUpdate(Strict):
@@ -921,3 +938,33 @@ class PipelineResultsResponse(BaseModel):
                                                 "top_keys, top_tags, top_reasons; trace, timelines, key-index: the "
                                                 "first rows of each table; projections: none.")
     problem: str | None = Field(description="Why the output cannot be read (moved, deleted, damaged), in words.")
+
+
+# -- clusters ------------------------------------------------------------------------------------
+class BrokerOut(BaseModel):
+    cluster: str
+    name: str
+    broker_id: int = Field(description="0: the master; others: slaves.")
+    role: Literal["master", "slave"]
+    address: str | None = Field(description="host:port; null for the embedded store.")
+    answered: bool
+    version: str | None
+    put_tps: float | None = Field(description="Messages put per second over the last 10 s.")
+    get_tps: float | None = Field(description="Messages consumers got per second over the last 10 s.")
+    commitlog_max_offset: int | None
+    earliest_message_ms: int | None
+    error: str | None = Field(description="Why it did not answer.")
+
+
+class ClusterOut(BaseModel):
+    name: str
+    brokers: list[BrokerOut]
+
+
+class ClustersResponse(BaseModel):
+    ok: Literal[True] = True
+    backend: Literal["embedded", "cluster"]
+    name_servers: list[str]
+    complete: bool = Field(description="False: a name server or broker did not answer (see problems).")
+    problems: list[str]
+    clusters: list[ClusterOut]

@@ -58,11 +58,13 @@ class LiveServer:
     settings or arguments name a geometry or another store."""
 
     def __init__(self, data_dir: Path, log_path: Path, settings: dict[str, object] | None = None,
-                 args: tuple[str, ...] = (), port: int | None = None, small_store: bool = True):
+                 args: tuple[str, ...] = (), port: int | None = None, small_store: bool = True,
+                 command_prefix: tuple[str, ...] = ()):
         self.data_dir = data_dir
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.args = args
+        self.command_prefix = command_prefix  # runs the server through this (into another network namespace)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("MQLENS_")}
         self.env["MQLENS_BOOTSTRAP_ADMIN_TOKEN"] = ADMIN_TOKEN
         self.env["MQLENS_GRPC_PORT"] = "0"  # the gRPC front only where a test asks for it (settings)
@@ -76,8 +78,8 @@ class LiveServer:
     def start(self, deadline_s: float = STARTUP_DEADLINE_S) -> LiveServer:
         assert self.proc is None or self.proc.poll() is not None, "the server is already running"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from app.cli import entry; entry()", "serve", "--data", str(self.data_dir),
-             "--host", "127.0.0.1", "--port", str(self.port), *self.args],
+            [*self.command_prefix, sys.executable, "-c", "from app.cli import entry; entry()", "serve",
+             "--data", str(self.data_dir), "--host", "127.0.0.1", "--port", str(self.port), *self.args],
             stdout=self._log, stderr=subprocess.STDOUT, env=self.env, cwd=self.data_dir.parent)
         wait_until(self.healthy, deadline_s, f"{self.base_url}/healthz")
         return self

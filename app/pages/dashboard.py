@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse
 
-from app.deps import StoreDep
 from app.pages import RendererDep
 from app.presenters import client_counts
 from app.security import READ
@@ -28,5 +28,8 @@ def dashboard_data(request: Request, store) -> dict:
 
 @router.get("/", dependencies=[READ])
 @router.get("/dashboard", dependencies=[READ])
-def dashboard_page(request: Request, store: StoreDep, renderer: RendererDep):
+def dashboard_page(request: Request, renderer: RendererDep):
+    store = request.app.state.store
+    if store is None:  # attached to a live cluster: its page is the start page
+        return RedirectResponse("/cluster", status_code=303)
     return renderer.page(request, "dashboard/dashboard.html", dashboard_data(request, store), fragment="cards")

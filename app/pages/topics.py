@@ -8,7 +8,7 @@ from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Request
 
-from app.deps import StoreDep
+from app.deps import BackendDep, StoreDep
 from app.pages import RendererDep
 from app.pages.params import as_form_time, optional_int, optional_time_ms
 from app.security import READ
@@ -65,17 +65,19 @@ def queue_page_data(page: QueuePage) -> dict:
 
 
 @router.get("/topics", dependencies=[READ])
-def topics_page(request: Request, store: StoreDep, renderer: RendererDep):
-    return renderer.page(request, "topics/topics.html", {"nav": "topics", "topics": list_topic_rows(store)})
+def topics_page(request: Request, backend: BackendDep, renderer: RendererDep):
+    rows, problems = list_topic_rows(backend)
+    return renderer.page(request, "topics/topics.html", {"nav": "topics", "topics": rows, "problems": problems})
 
 
 @router.get("/topics/{topic}", dependencies=[READ])
-def topic_page(topic: str, request: Request, store: StoreDep, renderer: RendererDep):
-    data = topic_detail(store, topic, request.app.state.clock.now_ms())
+def topic_page(topic: str, request: Request, backend: BackendDep, renderer: RendererDep):
+    data = topic_detail(backend, topic, request.app.state.clock.now_ms())
+    browsable = backend.kind == "embedded"  # the queue browser reads the store's files
     for q in data["queues"]:
         newest = max(q["min_offset"], q["max_offset"] - DEFAULT_PAGE)
-        q["newest_page_url"] = queue_url(topic, q["queue_id"], newest) if q["messages"] else None
-    return renderer.page(request, "topics/topic.html", {"nav": "topics", "topic": data})
+        q["newest_page_url"] = queue_url(topic, q["queue_id"], newest) if q["messages"] and browsable else None
+    return renderer.page(request, "topics/topic.html", {"nav": "topics", "topic": data, "browsable": browsable})
 
 
 @router.get("/topics/{topic}/queues/{queue_id}", dependencies=[READ])

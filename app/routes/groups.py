@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header
 
-from app.deps import ClockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClockDep, SessionsDep, StoreDep
 from app.params import ConsumerGroupPath, GroupPath
 from app.routes import error_responses
 from app.schemas import (
@@ -22,27 +22,32 @@ from app.schemas import (
     QueueResetOut,
 )
 from app.security import READ, Configurer
-from app.services import group_status, groups, offset_reset
+from app.services import groups, offset_reset
+from store.broker.metadata import GroupConfig, checked_group
 
 router = APIRouter(tags=["groups"])
 
 
 @router.get("/api/groups", dependencies=[READ], response_model=GroupsResponse, responses=error_responses())
-def list_groups(store: StoreDep) -> GroupsResponse:
-    """The groups that were set up, by name."""
-    return GroupsResponse(groups=[GroupOut.model_validate(g, from_attributes=True) for g in groups.list_groups(store)])
+def list_groups(backend: BackendDep) -> GroupsResponse:
+    """The groups that were set up, by name (on a live cluster: every master broker's
+    subscription groups, merged)."""
+    return GroupsResponse(groups=[GroupOut.model_validate(g, from_attributes=True) for g in backend.list_groups()])
 
 
 @router.get("/api/groups/{group}", dependencies=[READ], response_model=GroupStateResponse,
             responses=error_responses(400))
-def get_group(group: GroupPath, store: StoreDep) -> GroupStateResponse:
-    """A group's settings, and its committed offset, max offset and lag on each queue; a group
-    nobody set up has the defaults (`configured: false`)."""
-    settings = groups.get_group(store, group)
-    progress = group_status.queue_progress(store, group)
+def get_group(group: GroupPath, backend: BackendDep) -> GroupStateResponse:
+    """A group's settings, and its committed offset, max offset and lag on each queue (on a live
+    cluster each queue names its broker, as `mqadmin consumerProgress`); a group nobody set up
+    has the defaults (`configured: false`). Brokers that did not answer are named in `problems`."""
+    checked_group(GroupConfig(group))
+    settings = backend.get_group(group)
+    progress = backend.group_progress(group)
     return GroupStateResponse(group=GroupOut.model_validate(settings, from_attributes=True),
-                              queues=[QueueProgressOut(**asdict(q)) for q in progress],
-                              lag=sum(q.lag for q in progress))
+                              queues=[QueueProgressOut(**asdict(q)) for q in progress.queues],
+                              lag=sum(q.lag for q in progress.queues), complete=not progress.problems,
+                              problems=progress.problems)
 
 
 @router.put("/api/groups/{group}", response_model=GroupResponse, responses=error_responses(400, 403, 409, 422))

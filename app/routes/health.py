@@ -1,11 +1,12 @@
-"""GET /healthz: the server is up and its store is open; and the console's icon."""
+"""GET /healthz: the server is up with its backend (the store open, or the cluster's client
+running); and the console's icon."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
-from app.deps import StoreDep
+from app.deps import BackendDep
 from app.render import project_dir
 from app.schemas import HealthResponse
 
@@ -13,7 +14,9 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=HealthResponse)
-async def healthz(store: StoreDep) -> HealthResponse:
+async def healthz(backend: BackendDep) -> HealthResponse:
+    """200 once the server serves requests. Attached to a live cluster it does not ask the
+    cluster (GET /api/clusters does): a cluster that is down is not a console that is down."""
     return HealthResponse()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
+from app.deps import PutBatcherDep
 from app.params import TopicPath
 from app.routes import error_responses, link, with_links
 from app.schemas import ProduceBody, ProduceMessage, ProduceResponse, PutResultOut
@@ -32,7 +33,8 @@ PRODUCED_LINKS = {
 
 @router.post("/api/topics/{topic}/messages", response_model=ProduceResponse,
              responses=with_links(error_responses(400, 403, 413, 422, 429, 507), 200, **PRODUCED_LINKS))
-async def produce(topic: TopicPath, body: ProduceBody, request: Request, actor: Messenger) -> Response:
+async def produce(topic: TopicPath, body: ProduceBody, request: Request, actor: Messenger,
+                  put_batcher: PutBatcherDep) -> Response:
     """Put one message (a JSON object) or up to 1000 (a JSON list), all or none.
 
     The answer is always a list of results, in request order. A message with a delay level is
@@ -46,6 +48,6 @@ async def produce(topic: TopicPath, body: ProduceBody, request: Request, actor: 
     inputs = [MessageInput(**item.model_dump()) for item in items]
     batch = messages.new_messages(topic, inputs, request.app.state.settings.max_batch_bytes)
     with request.app.state.put_gate.slot():
-        results = await request.app.state.put_batcher.put(batch)
+        results = await put_batcher.put(batch)
     answer = ProduceResponse(results=[PutResultOut.model_validate(r, from_attributes=True) for r in results])
     return Response(answer.model_dump_json(), media_type="application/json")  # already the response model

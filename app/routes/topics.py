@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.deps import ClockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClockDep, SessionsDep, StoreDep
 from app.params import TopicPath
 from app.routes import error_responses
 from app.schemas import TopicOut, TopicResponse, TopicsResponse, TopicUpdate
@@ -15,9 +15,13 @@ router = APIRouter(tags=["topics"])
 
 
 @router.get("/api/topics", dependencies=[READ], response_model=TopicsResponse, responses=error_responses())
-def list_topics(store: StoreDep) -> TopicsResponse:
-    """Every topic (system topics too) with its queue count, permission and per-queue offsets."""
-    return TopicsResponse(topics=[TopicOut.model_validate(t, from_attributes=True) for t in topics.list_topics(store)])
+def list_topics(backend: BackendDep) -> TopicsResponse:
+    """Every topic (system topics too) with its queue count, permission and per-queue offsets
+    (on a live cluster each queue names its broker). Brokers that did not answer in time are
+    named in `problems` and `complete` is false; their topics' queues are missing."""
+    listing = backend.list_topics()
+    return TopicsResponse(topics=[TopicOut.model_validate(t, from_attributes=True) for t in listing.topics],
+                          complete=not listing.problems, problems=listing.problems)
 
 
 @router.put("/api/topics/{topic}", response_model=TopicResponse, responses=error_responses(400, 403, 422))

@@ -27,5 +27,9 @@ class ConflictError(ServiceError):
     """The request conflicts with the current state (an idempotency key reused for another request...)."""
 
 
+class NotOnThisBackendError(ConflictError):
+    """The console's backend does not serve this (the embedded store's files on a live cluster, say)."""
+
+
 class AuthenticationError(ServiceError):
     """Nobody known makes the request: no credentials, a bad token, an ended session."""

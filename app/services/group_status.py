@@ -4,10 +4,10 @@ and lag per queue, its retries waiting per delay level, its retry topic and its 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 
 from app.services import groups as group_service
 from app.services.errors import NotFoundError
+from backend.embedded import Bounds, lags, queue_bounds
 from store.broker.metadata import GroupConfig, checked_group
 from store.broker.offsets import KEY_SEPARATOR
 from store.errors import StoreError
@@ -16,22 +16,6 @@ from store.message_store import MessageStore
 
 RETRY_SCAN_LIMIT = 1_000  # scheduled messages looked at per delay level for one group's retries
 
-Bounds = dict[tuple[str, int], tuple[int, int]]  # (topic, queue id) -> (min offset, max offset)
-
-
-@dataclass(frozen=True)
-class QueueLag:
-    topic: str
-    queue_id: int
-    committed: int
-    min_offset: int
-    max_offset: int
-    lag: int  # messages still there to consume: max offset - max(committed, min offset)
-    expired: bool  # the committed offset points at messages retention already deleted
-
-
-def queue_bounds(store: MessageStore) -> Bounds:
-    return {(topic, queue_id): (lo, hi) for topic, queues in store.topics().items() for queue_id, lo, hi in queues}
 
 
 def _topic_queues(bounds: Bounds, topic: str) -> list[tuple[int, int, int]]:
@@ -64,21 +48,6 @@ def known_groups(store: MessageStore, bounds: Bounds | None = None) -> list[str]
         if not any(name.endswith("_" + t) and name[:-len(t) - 1] in names for t in plain):
             names.add(name)
     return sorted(n for n in names if n)
-
-
-def lags(offsets: dict[str, dict[int, int]], bounds: Bounds) -> list[QueueLag]:
-    """One group's lag on every queue it committed an offset for, user topics first."""
-    rows = []
-    for topic, queues in offsets.items():
-        for queue_id, committed in queues.items():
-            lo, hi = bounds.get((topic, queue_id), (0, 0))
-            rows.append(QueueLag(topic, queue_id, committed, lo, hi, max(0, hi - max(committed, lo)), committed < lo))
-    return sorted(rows, key=lambda r: (topics.is_system_topic(r.topic), r.topic, r.queue_id))
-
-
-def queue_progress(store: MessageStore, group: str) -> list[QueueLag]:
-    """One group's committed offset, bounds and lag on each queue it committed an offset on."""
-    return lags(store.offsets.of_group(group), queue_bounds(store))
 
 
 def dead_letter_count(bounds: Bounds, group: str) -> int:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -12,44 +10,21 @@ from app.models import AuditEntry
 from app.roles import Principal
 from app.services import audit
 from app.services.errors import ConflictError
-from store.broker.metadata import GroupConfig
+from backend.embedded import EmbeddedBackend
+from backend.protocol import GroupView
 from store.clock import Clock
 from store.message_store import MessageStore
 
 UPDATE_GROUP = "update_group"
 
 
-@dataclass(frozen=True)
-class GroupView:
-    name: str
-    max_reconsume_times: int
-    consume_mode: str
-    message_model: str
-    retry_queues: int
-    consume_enable: bool
-    configured: bool
-    message_model_recorded: bool = True  # False: a RocketMQ broker's file, which does not keep it
-
-    @property
-    def version(self) -> str:
-        """Names these settings: an edit made from other settings is refused."""
-        text = json.dumps({k: v for k, v in asdict(self).items() if k != "name"}, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def _view(config: GroupConfig, configured: bool) -> GroupView:
-    return GroupView(config.name, config.max_reconsume_times, config.consume_mode, config.message_model,
-                     config.retry_queues, config.consume_enable, configured, config.model_recorded)
-
-
 def list_groups(store: MessageStore) -> list[GroupView]:
-    return [_view(g, True) for g in store.metadata.groups()]
+    return EmbeddedBackend(store).list_groups()
 
 
 def get_group(store: MessageStore, name: str) -> GroupView:
     """A group's settings; one nobody configured has the defaults (configured: false)."""
-    config = store.metadata.group(name)  # checks the name
-    return _view(config, any(g.name == name for g in store.metadata.groups()))
+    return EmbeddedBackend(store).get_group(name)
 
 
 def put_group(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, name: str, *, actor: Principal,
@@ -64,7 +39,8 @@ def put_group(store: MessageStore, sessions: sessionmaker[Session], clock: Clock
                             f"{before.consume_mode}); start from them")
 
     def act(decided: dict) -> dict:
-        after = _view(store.metadata.update_group(name, **changed), True)
+        store.metadata.update_group(name, **changed)
+        after = get_group(store, name)
         return {"after": asdict(after)}
 
     done = audit.perform(sessions, clock, actor=actor, action=UPDATE_GROUP, target=f"group:{name}",

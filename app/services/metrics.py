@@ -18,7 +18,7 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 
 class StoreCollector(Collector):
-    def __init__(self, store_of: Callable[[], MessageStore]):
+    def __init__(self, store_of: Callable[[], MessageStore | None]):
         self._store_of = store_of
 
     def describe(self) -> Iterable[Metric]:
@@ -26,6 +26,8 @@ class StoreCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         store = self._store_of()
+        if store is None:  # attached to a live cluster: its brokers keep their own figures
+            return
         status = store_status.store_status(store)
         yield GaugeMetricFamily("mqlens_store_bytes", "Bytes the store's files take on disk.", status.store_bytes)
         yield GaugeMetricFamily("mqlens_commitlog_segments", "Commit log segment files.", status.commitlog_segments)
@@ -57,7 +59,7 @@ class StoreCollector(Collector):
         yield dlq
 
 
-def metrics_registry(store_of: Callable[[], MessageStore]) -> CollectorRegistry:
+def metrics_registry(store_of: Callable[[], MessageStore | None]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(store_of))
     return registry

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.models import AuditEntry
 from app.roles import Principal
 from app.services import audit
 from app.services.errors import ForbiddenError
+from backend.embedded import EmbeddedBackend
+from backend.protocol import TopicView
 from store.broker.metadata import TopicConfig
 from store.clock import Clock
 from store.format import topics
@@ -26,45 +26,8 @@ def check_producer_topic(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
-class QueueOffsets:
-    queue_id: int
-    min_offset: int
-    max_offset: int
-
-
-@dataclass(frozen=True)
-class TopicView:
-    name: str
-    queues: int
-    perm: int
-    readable: bool
-    writable: bool
-    kind: str
-    system: bool
-    queue_offsets: list[QueueOffsets]
-
-
-def _view(config: TopicConfig, found: list[tuple[int, int, int]]) -> TopicView:
-    by_queue = {queue_id: QueueOffsets(queue_id, lo, hi) for queue_id, lo, hi in found}
-    queue_ids = sorted(set(range(config.queues)) | by_queue.keys())
-    return TopicView(config.name, config.queues, config.perm, config.readable, config.writable,
-                     topics.copy_kind(config.name), topics.is_system_topic(config.name),
-                     [by_queue.get(q, QueueOffsets(q, 0, 0)) for q in queue_ids])
-
-
-def list_topics(store: MessageStore) -> list[TopicView]:
-    """Every topic with its settings and the offsets of each queue, by name."""
-    offsets = store.topics()
-    configs = {t.name: t for t in store.metadata.topics()}
-    for name, queues in offsets.items():  # a queue on disk with no metadata (should not happen)
-        configs.setdefault(name, TopicConfig(name, queues=max(q for q, _, _ in queues) + 1))
-    return [_view(configs[name], offsets.get(name, [])) for name in sorted(configs)]
-
-
 def get_topic(store: MessageStore, name: str) -> TopicView | None:
-    config = store.metadata.topic(name)
-    return None if config is None else _view(config, store.topics().get(name, []))
+    return EmbeddedBackend(store).get_topic(name)
 
 
 def put_topic(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, name: str, *, actor: Principal,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Awaitable, Callable
 
 from cluster.remoting.command import RemotingCommand
@@ -37,14 +38,15 @@ class Peer:
 
 
 class FakeServer:
-    def __init__(self, handler: Handler):
+    def __init__(self, handler: Handler, port: int = 0):
         self.handler = handler
+        self.port = port
         self.received: list[RemotingCommand] = []
         self.peers: list[Peer] = []
         self._server: asyncio.Server | None = None
 
     async def __aenter__(self) -> FakeServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
         return self
 
     async def __aexit__(self, *exc_info) -> None:
@@ -66,3 +68,21 @@ class FakeServer:
                 cmd = await peer.receive()
                 self.received.append(cmd)
                 await self.handler(peer, cmd)
+
+
+@contextlib.contextmanager
+def fake_server_thread(handler: Handler, port: int = 0):
+    """A FakeServer on an event loop of its own thread, for code under test that runs elsewhere
+    (another process); yields its address."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="fake-remoting-server", daemon=True)
+    thread.start()
+    server = FakeServer(handler, port)
+    asyncio.run_coroutine_threadsafe(server.__aenter__(), loop).result(10)
+    try:
+        yield server.address
+    finally:
+        asyncio.run_coroutine_threadsafe(server.__aexit__(None, None, None), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -1,0 +1,110 @@
+"""The embedded store as a backend: one broker, in this process."""
+
+from __future__ import annotations
+
+from backend.protocol import (
+    BackendView,
+    BrokerView,
+    ClusterView,
+    GroupProgress,
+    GroupView,
+    QueueActivity,
+    QueueLag,
+    QueueOffsets,
+    TopicList,
+    TopicView,
+)
+from store.broker.metadata import GroupConfig, TopicConfig
+from store.errors import StoreError
+from store.format import topics
+from store.message_store import MessageStore
+
+Bounds = dict[tuple[str, int], tuple[int, int]]  # (topic, queue id) -> (min offset, max offset)
+
+EMBEDDED_CLUSTER = "mqlens"
+EMBEDDED_BROKER = "mqlens"  # the broker name the gRPC front's routes give too
+
+
+class EmbeddedBackend:
+    kind = "embedded"
+
+    def __init__(self, store: MessageStore, version: str = ""):
+        self.store = store
+        self.version = version
+
+    def describe(self) -> BackendView:
+        broker = BrokerView(cluster=EMBEDDED_CLUSTER, name=EMBEDDED_BROKER, broker_id=0, address=None,
+                            version=f"mqlens {self.version}", commitlog_max_offset=self.store.commitlog.end)
+        return BackendView(kind="embedded", clusters=[ClusterView(EMBEDDED_CLUSTER, [broker])])
+
+    def list_topics(self) -> TopicList:
+        offsets = self.store.topics()
+        configs = {t.name: t for t in self.store.metadata.topics()}
+        for name, queues in offsets.items():  # a queue on disk with no metadata (should not happen)
+            configs.setdefault(name, TopicConfig(name, queues=max(q for q, _, _ in queues) + 1))
+        return TopicList([_view(configs[name], offsets.get(name, [])) for name in sorted(configs)])
+
+    def get_topic(self, name: str) -> TopicView | None:
+        config = self.store.metadata.topic(name)
+        return None if config is None else _view(config, self.store.topics().get(name, []))
+
+    def queue_activity(self, topic: TopicView, since_ms: int | None) -> list[QueueActivity]:
+        return [QueueActivity(self._newest_store_time(topic.name, q),
+                              None if since_ms is None else self._stored_since(topic.name, q, since_ms))
+                for q in topic.queue_offsets]
+
+    def _newest_store_time(self, topic: str, q: QueueOffsets) -> int | None:
+        if q.max_offset <= q.min_offset:
+            return None
+        try:
+            return self.store.get_by_queue_offset(topic, q.queue_id, q.max_offset - 1).store_timestamp
+        except StoreError:  # its last unit is not a message
+            return None
+
+    def _stored_since(self, topic: str, q: QueueOffsets, since_ms: int) -> int | None:
+        if q.max_offset <= q.min_offset:
+            return 0
+        try:
+            return q.max_offset - self.store.queue_offset_by_time(topic, q.queue_id, since_ms)
+        except StoreError:
+            return None
+
+    def list_groups(self) -> list[GroupView]:
+        return [_group_view(g, True) for g in self.store.metadata.groups()]
+
+    def get_group(self, name: str) -> GroupView:
+        config = self.store.metadata.group(name)  # checks the name
+        return _group_view(config, any(g.name == name for g in self.store.metadata.groups()))
+
+    def group_progress(self, group: str) -> GroupProgress:
+        return GroupProgress(lags(self.store.offsets.of_group(group), queue_bounds(self.store)))
+
+    def close(self) -> None:
+        """The store is closed by whoever opened it."""
+
+
+def queue_bounds(store: MessageStore) -> Bounds:
+    return {(topic, queue_id): (lo, hi) for topic, queues in store.topics().items() for queue_id, lo, hi in queues}
+
+
+def lags(offsets: dict[str, dict[int, int]], bounds: Bounds) -> list[QueueLag]:
+    """One group's lag on every queue it committed an offset for, user topics first."""
+    rows = []
+    for topic, queues in offsets.items():
+        for queue_id, committed in queues.items():
+            lo, hi = bounds.get((topic, queue_id), (0, 0))
+            rows.append(QueueLag(topic, queue_id, committed, lo, hi, max(0, hi - max(committed, lo)), committed < lo))
+    return sorted(rows, key=lambda r: (topics.is_system_topic(r.topic), r.topic, r.queue_id))
+
+
+def _group_view(config: GroupConfig, configured: bool) -> GroupView:
+    return GroupView(config.name, config.max_reconsume_times, config.consume_mode, config.message_model,
+                     config.retry_queues, config.consume_enable, configured, config.model_recorded)
+
+
+def _view(config: TopicConfig, found: list[tuple[int, int, int]]) -> TopicView:
+    by_queue = {queue_id: QueueOffsets(queue_id, lo, hi) for queue_id, lo, hi in found}
+    queue_ids = sorted(set(range(config.queues)) | by_queue.keys())
+    return TopicView(config.name, config.queues, config.perm, config.readable, config.writable,
+                     topics.copy_kind(config.name), topics.is_system_topic(config.name),
+                     [by_queue.get(q, QueueOffsets(q, 0, 0)) for q in queue_ids])

@@ -1,0 +1,165 @@
+"""The seam between the console and what it shows: the embedded store or a live RocketMQ cluster.
+
+Services ask a `Backend`; `create_app` picks one at start-up. A feature a backend does not
+serve is named by `Backend.unsupported`, so pages and REST say so instead of failing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Literal, Protocol
+
+BackendKind = Literal["embedded", "cluster"]
+
+
+class BackendUnavailable(Exception):
+    """Nothing of the answer could be read: no name server answered, or not in time."""
+
+
+@dataclass(frozen=True)
+class BrokerView:
+    cluster: str
+    name: str
+    broker_id: int  # 0: the master
+    address: str | None  # host:port; None for the embedded store
+    version: str | None = None
+    put_tps: float | None = None
+    get_tps: float | None = None
+    commitlog_max_offset: int | None = None
+    earliest_message_ms: int | None = None
+    error: str | None = None  # it did not answer: why
+
+    @property
+    def role(self) -> str:
+        return "master" if self.broker_id == 0 else "slave"
+
+    @property
+    def answered(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    name: str
+    brokers: list[BrokerView]
+
+
+@dataclass(frozen=True)
+class BackendView:
+    """What the console is attached to, as it was seen just now."""
+
+    kind: BackendKind
+    name_servers: list[str] = field(default_factory=list)
+    clusters: list[ClusterView] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # what could not be seen, and why
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems and all(b.answered for c in self.clusters for b in c.brokers)
+
+
+@dataclass(frozen=True)
+class QueueOffsets:
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    broker: str | None = None  # the broker that holds the queue; None: the embedded store
+    last_update_ms: int | None = None  # a live cluster's broker says when its last message was stored
+
+
+@dataclass(frozen=True)
+class TopicView:
+    name: str
+    queues: int  # write queues, over every broker of the topic
+    perm: int
+    readable: bool
+    writable: bool
+    kind: str  # original, scheduled, retry, dead_letter, trace
+    system: bool
+    queue_offsets: list[QueueOffsets]
+
+
+@dataclass(frozen=True)
+class QueueActivity:
+    newest_ms: int | None  # when its last message was stored; None: empty or unknown
+    stored_since: int | None  # messages stored at or after the time asked; None: not asked or unknown
+
+
+@dataclass(frozen=True)
+class TopicList:
+    topics: list[TopicView]
+    problems: list[str] = field(default_factory=list)  # brokers or topics that could not be read, and why
+
+
+@dataclass(frozen=True)
+class GroupView:
+    name: str
+    max_reconsume_times: int
+    consume_mode: str
+    message_model: str
+    retry_queues: int
+    consume_enable: bool
+    configured: bool
+    message_model_recorded: bool = True  # False: a RocketMQ broker's settings, which do not keep it
+
+    @property
+    def version(self) -> str:
+        """Names these settings: an edit made from other settings is refused."""
+        text = json.dumps({k: v for k, v in asdict(self).items() if k != "name"}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class QueueLag:
+    topic: str
+    queue_id: int
+    committed: int
+    min_offset: int
+    max_offset: int
+    lag: int  # messages still there to consume: max offset - max(committed, min offset)
+    expired: bool  # the committed offset points at messages retention already deleted
+    broker: str | None = None  # the broker holding the queue; None: the embedded store
+
+
+@dataclass(frozen=True)
+class GroupProgress:
+    queues: list[QueueLag]
+    problems: list[str] = field(default_factory=list)
+
+
+class Backend(Protocol):
+    kind: BackendKind
+
+    def describe(self) -> BackendView:
+        """The clusters, brokers, versions and roles the console sees."""
+        ...
+
+    def list_topics(self) -> TopicList:
+        """Every topic, system topics too, by name, with each queue's offsets."""
+        ...
+
+    def get_topic(self, name: str) -> TopicView | None:
+        ...
+
+    def queue_activity(self, topic: TopicView, since_ms: int | None) -> list[QueueActivity]:
+        """Per queue of `topic` (in its order): its newest message's store time and, when
+        `since_ms` is given, how many messages were stored from then on."""
+        ...
+
+    def list_groups(self) -> list[GroupView]:
+        """The groups set up (on a cluster: every master broker's subscription groups, merged)."""
+        ...
+
+    def get_group(self, name: str) -> GroupView:
+        """A group's settings; one nobody set up has the defaults (configured: false)."""
+        ...
+
+    def group_progress(self, group: str) -> GroupProgress:
+        """The group's committed offset, the queue's bounds and the lag on every queue it
+        committed an offset on, its own topics first."""
+        ...
+
+    def close(self) -> None:
+        ...
