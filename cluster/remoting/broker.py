@@ -154,8 +154,8 @@ class BrokerAdmin:
         return await self._queue_offset(address, RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
 
     async def offset_by_time(self, address: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """SEARCH_OFFSET_BY_TIMESTAMP: the offset of the queue's first message stored at or after the time
-        (the max offset when none is; the min offset when all are)."""
+        """SEARCH_OFFSET_BY_TIMESTAMP: the offset of the queue's first message stored at or after the time;
+        the last message's offset when all are older, the min offset when all are newer."""
         return await self._queue_offset(address, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
                                         {"topic": topic, "queueId": queue_id, "timestamp": timestamp_ms})
 
