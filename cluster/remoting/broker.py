@@ -1,4 +1,5 @@
-"""Admin calls to one broker: runtime info, settings, topic configs, consume stats, messages by offset id or key.
+"""Admin calls to one broker: runtime info, settings, topic configs and stats, queue offsets, consumer
+groups (their settings, connections, offsets), messages by offset id, key or queue offset.
 
 Message records come back as the broker stores them; mqlens's own store codec decodes them.
 """
@@ -6,10 +7,19 @@ Message records come back as the broker stores them; mqlens's own store codec de
 from __future__ import annotations
 
 from cluster.remoting.client import RemotingClient
-from cluster.remoting.codes import UNIQUE_KEY_QUERY_FIELD, RequestCode, ResponseCode
-from cluster.remoting.command import request
+from cluster.remoting.codes import PULL_FLAG_SUBSCRIPTION, UNIQUE_KEY_QUERY_FIELD, RequestCode, ResponseCode
+from cluster.remoting.command import RemotingCommand, request
 from cluster.remoting.errors import CodecError, ResponseError
-from cluster.remoting.models import ConsumeStats, QueryResult, TopicConfig, as_object, body_object
+from cluster.remoting.models import (
+    ConsumerConnections,
+    ConsumeStats,
+    QueryResult,
+    SubscriptionGroup,
+    TopicConfig,
+    TopicStats,
+    as_object,
+    body_object,
+)
 from store.errors import CorruptRecordError
 from store.format import codec
 from store.format.ids import decode_offset_msg_id
@@ -26,6 +36,23 @@ def decode_records(body: bytes, *, what: str = "broker answer") -> list[codec.St
     except CorruptRecordError as exc:
         raise CodecError(str(exc)) from None
     return messages
+
+
+# The group mqlens's own pulls name; a broker with autoCreateSubscriptionGroup creates it on first use.
+CONSOLE_GROUP = "mqlens_console"
+
+
+class TopicNotOnBroker(ResponseError):
+    """The broker has no config for the topic."""
+
+
+def _offset_field(address: str, response: RemotingCommand) -> int:
+    """The `offset` field of an answer's header (GET_MIN/MAX_OFFSET, SEARCH_OFFSET, QUERY_CONSUMER_OFFSET)."""
+    text = response.ext_fields.get("offset")
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise CodecError(f"{address}: the answer has no readable offset: {text!r}") from None
 
 
 class BrokerAdmin:
@@ -88,3 +115,93 @@ class BrokerAdmin:
         messages = decode_records(response.body, what=f"{address} query {topic}#{key}") \
             if response.code == ResponseCode.SUCCESS else []
         return QueryResult(messages=messages, index_last_update_ms=last_ms, index_last_update_phys_offset=last_offset)
+
+    async def topic_stats(self, address: str, topic: str) -> TopicStats:
+        """GET_TOPIC_STATS_INFO: min and max offset and last store time of each of the topic's write queues."""
+        cmd = request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+        response = await self.client.invoke_ok(
+            address, cmd, accept=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST))
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise TopicNotOnBroker(address, cmd.code, response.code, response.remark)
+        return TopicStats.from_json(body_object(response.body, "topic stats"))
+
+    async def consumer_connections(self, address: str, group: str) -> ConsumerConnections | None:
+        """GET_CONSUMER_CONNECTION_LIST: the group's online consumers here; None when none is online."""
+        response = await self.client.invoke_ok(
+            address, request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}),
+            accept=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE))
+        if response.code == ResponseCode.CONSUMER_NOT_ONLINE:
+            return None
+        return ConsumerConnections.from_json(body_object(response.body, "consumer connection"))
+
+    async def subscription_groups(self, address: str) -> dict[str, SubscriptionGroup]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: every consumer group's settings on this broker, by name."""
+        response = await self.client.invoke_ok(address, request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        table = as_object(body_object(response.body, "subscription groups").get("subscriptionGroupTable"),
+                          "subscriptionGroupTable")
+        return {str(name): SubscriptionGroup.from_json(str(name), obj) for name, obj in sorted(table.items())}
+
+    async def _queue_offset(self, address: str, code: int, fields: dict[str, object]) -> int:
+        response = await self.client.invoke_ok(address, request(code, fields))
+        return _offset_field(address, response)
+
+    async def min_offset(self, address: str, topic: str, queue_id: int) -> int:
+        """GET_MIN_OFFSET: the queue's first offset still stored."""
+        return await self._queue_offset(address, RequestCode.GET_MIN_OFFSET, {"topic": topic, "queueId": queue_id})
+
+    async def max_offset(self, address: str, topic: str, queue_id: int) -> int:
+        """GET_MAX_OFFSET: the offset the queue's next message will get."""
+        return await self._queue_offset(address, RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
+
+    async def offset_by_time(self, address: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP: the offset of the queue's first message stored at or after the time;
+        the last message's offset when all are older, the min offset when all are newer."""
+        return await self._queue_offset(address, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                                        {"topic": topic, "queueId": queue_id, "timestamp": timestamp_ms})
+
+    async def pull_one(self, address: str, topic: str, queue_id: int, queue_offset: int, *,
+                       group: str = CONSOLE_GROUP) -> codec.StoredMessage | None:
+        """PULL_MESSAGE for the one message at `queue_offset`, or None when the queue has none there
+        (PULL_NOT_FOUND: not yet written; PULL_OFFSET_MOVED: before the min offset or far past the max).
+
+        The request carries its own subscription ("*") and neither the commit-offset nor the suspend flag,
+        so it waits for nothing and moves no group's offset. The broker still creates `group`'s
+        subscription group when it does not exist (autoCreateSubscriptionGroup) and counts the pull in
+        that group's statistics."""
+        cmd = request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": queue_offset,
+            "maxMsgNums": 1, "sysFlag": PULL_FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "subscription": "*", "subVersion": 0, "expressionType": "TAG"})
+        response = await self.client.invoke_ok(address, cmd, accept=(
+            ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED))
+        if response.code != ResponseCode.SUCCESS:
+            return None
+        records = decode_records(response.body, what=f"{address} {topic}:{queue_id}@{queue_offset}")
+        if len(records) != 1 or (records[0].topic, records[0].queue_id, records[0].queue_offset) != (
+                topic, queue_id, queue_offset):
+            raise CodecError(f"{address}: the pull of {topic}:{queue_id}@{queue_offset} answered "
+                             f"{[(m.topic, m.queue_id, m.queue_offset) for m in records]}")
+        return records[0]
+
+    async def topics_consumed_by(self, address: str, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO: groups online for the topic or holding an offset on it here, sorted."""
+        response = await self.client.invoke_ok(
+            address, request(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}))
+        groups = body_object(response.body, "group list").get("groupList")
+        if groups is None:
+            return []
+        if not isinstance(groups, list) or not all(isinstance(group, str) for group in groups):
+            raise CodecError(f"{address}: groupList is not a list of names: {groups!r}")
+        return sorted(groups)
+
+    async def consumer_offset(self, address: str, group: str, topic: str, queue_id: int) -> int | None:
+        """QUERY_CONSUMER_OFFSET: the group's committed offset on the queue; None when the broker has none.
+        A group that never committed on a queue whose first message is still in memory reads 0, not None:
+        the broker answers so to let a new consumer start at the beginning."""
+        response = await self.client.invoke_ok(
+            address, request(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic,
+                                                                  "queueId": queue_id}),
+            accept=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        return _offset_field(address, response)

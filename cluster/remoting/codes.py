@@ -14,6 +14,23 @@ VERSION_V4_9_8 = 409
 # MixAll.UNIQUE_MSG_QUERY_FLAG: the extField that makes QUERY_MESSAGE a unique-key lookup.
 UNIQUE_KEY_QUERY_FIELD = "_UNIQUE_KEY_QUERY"
 
+# PullSysFlag: the request carries its own subscription (so no consumer of the group need be online).
+PULL_FLAG_SUBSCRIPTION = 0x4
+
+# MQVersion.Version: from V4_0_0_SNAPSHOT (212) to V5_9_9 (611) each release x.y.z is preceded by its
+# snapshot, z and y running 0..9; the 3.x names before it follow no such rule.
+_FIRST_4X_ORDINAL = 212
+_LAST_5X_ORDINAL = 611
+
+
+def version_name(ordinal: int) -> str:
+    """A client's version ordinal as RocketMQ names it ("V4_9_8"); other ordinals as their number."""
+    if not _FIRST_4X_ORDINAL <= ordinal <= _LAST_5X_ORDINAL:
+        return str(ordinal)
+    step = ordinal - _FIRST_4X_ORDINAL
+    major, minor, patch = 4 + step // 200, step % 200 // 20, step % 20 // 2
+    return f"V{major}_{minor}_{patch}" + ("_SNAPSHOT" if step % 2 == 0 else "")
+
 
 class SerializeType(IntEnum):
     """How the header is encoded; the high byte of the frame's header-length word."""
@@ -67,6 +84,7 @@ class RequestCode(IntEnum):
     GET_CONSUME_STATS = 208
     RESET_CONSUMER_OFFSET_IN_BROKER = 212
     INVOKE_BROKER_TO_RESET_OFFSET = 222
+    GET_TOPICS_BY_CLUSTER = 224
     QUERY_TOPIC_CONSUME_BY_WHO = 300
     GET_CONSUMER_RUNNING_INFO = 307
     SEND_MESSAGE_V2 = 310
@@ -83,6 +101,8 @@ class ResponseCode(IntEnum):
     NO_PERMISSION = 16
     TOPIC_NOT_EXIST = 17
     PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
     QUERY_NOT_FOUND = 22
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     CONSUMER_NOT_ONLINE = 206

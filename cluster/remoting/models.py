@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cluster.remoting.codes import version_name
 from cluster.remoting.errors import CodecError
 from cluster.remoting.fastjson import FastjsonError, ObjectKey, loads_fastjson
 
@@ -31,6 +32,28 @@ def _int(obj: dict, name: str, default: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise CodecError(f"field {name!r} is not an integer: {value!r}")
     return value
+
+
+def _str(obj: dict, name: str, default: str = "") -> str:
+    value = obj.get(name, default)
+    if not isinstance(value, str):
+        raise CodecError(f"field {name!r} is not a string: {value!r}")
+    return value
+
+
+def _bool(obj: dict, name: str, default: bool) -> bool:
+    value = obj.get(name, default)
+    if not isinstance(value, bool):
+        raise CodecError(f"field {name!r} is not a boolean: {value!r}")
+    return value
+
+
+def _message_queue(key, table: str) -> tuple[str, str, int]:
+    """A MessageQueue written as a map key ({"brokerName":…,"queueId":…,"topic":…}) -> (topic, broker, queue id)."""
+    if not isinstance(key, ObjectKey):
+        raise CodecError(f"{table} key is not a message queue: {key!r}")
+    queue = key.as_dict()
+    return _str(queue, "topic"), _str(queue, "brokerName"), _int(queue, "queueId", default=None)
 
 
 def body_object(body: bytes, what: str) -> dict:
@@ -163,15 +186,115 @@ class ConsumeStats:
         obj = as_object(obj, "consume stats")
         queues = {}
         for key, value in as_object(obj.get("offsetTable"), "offsetTable").items():
-            if not isinstance(key, ObjectKey):
-                raise CodecError(f"offsetTable key is not a message queue: {key!r}")
-            queue_id = key.get("queueId")
-            if isinstance(queue_id, bool) or not isinstance(queue_id, int):
-                raise CodecError(f"offsetTable key has no queue id: {key!r}")
             value = as_object(value, "offset wrapper")
-            queues[(str(key.get("topic", "")), str(key.get("brokerName", "")), queue_id)] = QueueProgress(
+            queues[_message_queue(key, "offsetTable")] = QueueProgress(
                 _int(value, "brokerOffset"), _int(value, "consumerOffset"), _int(value, "lastTimestamp"))
         tps = obj.get("consumeTps", 0.0)
         if isinstance(tps, bool) or not isinstance(tps, int | float):
             raise CodecError(f"consumeTps is not a number: {tps!r}")
         return cls(consume_tps=float(tps), queues=dict(sorted(queues.items())))
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    min_offset: int
+    max_offset: int
+    last_update_ms: int  # store time of the queue's last message; 0 for an empty queue
+
+    @classmethod
+    def from_json(cls, obj) -> QueueStats:
+        obj = as_object(obj, "topic offset")
+        return cls(_int(obj, "minOffset"), _int(obj, "maxOffset"), _int(obj, "lastUpdateTimestamp"))
+
+
+@dataclass(frozen=True)
+class TopicStats:
+    """A topic's queues on one broker (TopicStatsTable), keyed by (topic, broker name, queue id)."""
+
+    queues: dict[tuple[str, str, int], QueueStats]
+
+    @classmethod
+    def from_json(cls, obj) -> TopicStats:
+        table = as_object(as_object(obj, "topic stats").get("offsetTable"), "offsetTable")
+        return cls(queues=dict(sorted(
+            (_message_queue(key, "offsetTable"), QueueStats.from_json(value)) for key, value in table.items())))
+
+
+@dataclass(frozen=True)
+class ConsumerClient:
+    """One connection of a consumer group, as the broker saw its heartbeat."""
+
+    client_id: str
+    address: str
+    language: str
+    version: int  # MQVersion.Version ordinal
+
+    @property
+    def version_name(self) -> str:
+        return version_name(self.version)
+
+    @classmethod
+    def from_json(cls, obj) -> ConsumerClient:
+        obj = as_object(obj, "connection")
+        return cls(client_id=_str(obj, "clientId"), address=_str(obj, "clientAddr"),
+                   language=_str(obj, "language"), version=_int(obj, "version"))
+
+
+@dataclass(frozen=True)
+class Subscription:
+    topic: str
+    expression: str  # subString: "*", "TagA || TagB", or an SQL92 expression
+    expression_type: str  # TAG or SQL92
+    tags: list[str]  # sorted; empty for "*" and SQL92
+
+    @classmethod
+    def from_json(cls, obj) -> Subscription:
+        obj = as_object(obj, "subscription")
+        tags = _list(obj.get("tagsSet"), "tagsSet")
+        if not all(isinstance(tag, str) for tag in tags):
+            raise CodecError(f"tagsSet holds a value that is not a tag: {tags!r}")
+        return cls(topic=_str(obj, "topic"), expression=_str(obj, "subString"),
+                   expression_type=_str(obj, "expressionType", "TAG"), tags=sorted(tags))
+
+
+@dataclass(frozen=True)
+class ConsumerConnections:
+    """The online consumers of a group on one broker (ConsumerConnection)."""
+
+    clients: list[ConsumerClient]  # sorted by client id
+    subscriptions: dict[str, Subscription]  # topic -> subscription, sorted
+    consume_type: str  # CONSUME_PASSIVELY (push) or CONSUME_ACTIVELY (pull)
+    message_model: str  # CLUSTERING or BROADCASTING
+    consume_from_where: str
+
+    @classmethod
+    def from_json(cls, obj) -> ConsumerConnections:
+        obj = as_object(obj, "consumer connection")
+        clients = [ConsumerClient.from_json(c) for c in _list(obj.get("connectionSet"), "connectionSet")]
+        subscriptions = {str(topic): Subscription.from_json(data) for topic, data in
+                         as_object(obj.get("subscriptionTable"), "subscriptionTable").items()}
+        return cls(clients=sorted(clients, key=lambda c: (c.client_id, c.address)),
+                   subscriptions=dict(sorted(subscriptions.items())), consume_type=_str(obj, "consumeType"),
+                   message_model=_str(obj, "messageModel"), consume_from_where=_str(obj, "consumeFromWhere"))
+
+
+@dataclass(frozen=True)
+class SubscriptionGroup:
+    """A consumer group's settings on one broker (SubscriptionGroupConfig); defaults are RocketMQ's."""
+
+    name: str
+    consume_enable: bool
+    broadcast_enable: bool
+    retry_queues: int
+    retry_max_times: int
+    broker_id: int
+    which_broker_when_slow: int
+
+    @classmethod
+    def from_json(cls, name: str, obj) -> SubscriptionGroup:
+        obj = as_object(obj, "subscription group")
+        return cls(name=_str(obj, "groupName", name), consume_enable=_bool(obj, "consumeEnable", True),
+                   broadcast_enable=_bool(obj, "consumeBroadcastEnable", True),
+                   retry_queues=_int(obj, "retryQueueNums", 1), retry_max_times=_int(obj, "retryMaxTimes", 16),
+                   broker_id=_int(obj, "brokerId", MASTER_ID),
+                   which_broker_when_slow=_int(obj, "whichBrokerWhenConsumeSlowly", 1))

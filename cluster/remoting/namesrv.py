@@ -1,4 +1,4 @@
-"""Admin calls to the name servers: cluster info, topic routes, the topic list.
+"""Admin calls to the name servers: cluster info, topic routes, the topic list (all, or a cluster's).
 
 Several name server addresses may be given; a call goes to the first that answers, the way
 RocketMQ's clients fail over. A name server that answers with an error is not asked again.
@@ -53,8 +53,15 @@ class NameServerAdmin:
         return TopicRoute.from_json(topic, body_object(response.body, "topic route"))
 
     async def topic_list(self) -> list[str]:
-        address, response = await self._invoke(request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
-        _check(address, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, response)
+        return await self._topics(request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+
+    async def topics_of_cluster(self, cluster: str) -> list[str]:
+        """GET_TOPICS_BY_CLUSTER: topics with queues on the cluster's brokers (empty for an unknown cluster)."""
+        return await self._topics(request(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": cluster}))
+
+    async def _topics(self, cmd: RemotingCommand) -> list[str]:
+        address, response = await self._invoke(cmd)
+        _check(address, cmd.code, response)
         topics = body_object(response.body, "topic list").get("topicList") or []
         if not isinstance(topics, list):
             raise CodecError(f"{address}: topicList is not a list")

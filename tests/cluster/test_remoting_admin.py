@@ -9,12 +9,13 @@ import socket
 
 import pytest
 
-from cluster.remoting.broker import BrokerAdmin, decode_records
+from cluster.remoting.broker import CONSOLE_GROUP, BrokerAdmin, TopicNotOnBroker, decode_records
 from cluster.remoting.client import ClientOptions, RemotingClient
-from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.codes import RequestCode, ResponseCode, version_name
 from cluster.remoting.command import RemotingCommand, response_to
-from cluster.remoting.errors import CodecError
+from cluster.remoting.errors import CodecError, ResponseError
 from cluster.remoting.lookups import query_by_key, query_by_unique_key
+from cluster.remoting.models import QueueStats, Subscription, SubscriptionGroup
 from cluster.remoting.namesrv import NameServerAdmin, parse_namesrv_addresses
 from store.format import codec
 from store.format.hosts import HostAddress
@@ -158,3 +159,182 @@ def test_no_match_is_an_empty_answer():
             return await BrokerAdmin(client).query_message(server.address, "T", "nothing")
 
     assert asyncio.run(main()).messages == []
+
+
+QUEUE_KEY = b'{"brokerName":"broker-a","queueId":%d,"topic":"T"}'
+
+
+def call_broker(call, bodies: dict[int, bytes], codes: dict[int, int] | None = None,
+                ext: dict[str, str] | None = None):
+    """Run `call(broker, address)` against a scripted broker; returns (result, requests it received)."""
+    async def main():
+        async with FakeServer(answering(bodies, codes, ext)) as server, RemotingClient() as client:
+            result = await call(BrokerAdmin(client), server.address)
+            return result, server.received
+
+    return asyncio.run(main())
+
+
+STATS_CALLS = {
+    RequestCode.GET_TOPIC_STATS_INFO: lambda broker, address: broker.topic_stats(address, "T"),
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: lambda broker, address: broker.consumer_connections(address, "G"),
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: lambda broker, address: broker.subscription_groups(address),
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: lambda broker, address: broker.topics_consumed_by(address, "T"),
+}
+
+
+@pytest.mark.parametrize(("code", "body"), [
+    (RequestCode.GET_TOPIC_STATS_INFO, b"[]"),
+    (RequestCode.GET_TOPIC_STATS_INFO, b'{"offsetTable":[]}'),
+    (RequestCode.GET_TOPIC_STATS_INFO, b'{"offsetTable":{"T":{"minOffset":0}}}'),
+    (RequestCode.GET_TOPIC_STATS_INFO, b'{"offsetTable":{{"brokerName":"b","topic":"T"}:{"minOffset":0}}}'),
+    (RequestCode.GET_TOPIC_STATS_INFO, b'{"offsetTable":{{"brokerName":"b","queueId":"0","topic":"T"}:{}}}'),
+    (RequestCode.GET_TOPIC_STATS_INFO, b'{"offsetTable":{{"brokerName":7,"queueId":0,"topic":"T"}:{}}}'),
+    (RequestCode.GET_TOPIC_STATS_INFO, b'{"offsetTable":{%s:{"maxOffset":"9"}}}' % (QUEUE_KEY % 0)),
+    (RequestCode.GET_TOPIC_STATS_INFO, b'{"offsetTable":{%s:[1]}}' % (QUEUE_KEY % 0)),
+    (RequestCode.GET_CONSUMER_CONNECTION_LIST, b'{"connectionSet":{}}'),
+    (RequestCode.GET_CONSUMER_CONNECTION_LIST, b'{"connectionSet":[{"clientId":1}]}'),
+    (RequestCode.GET_CONSUMER_CONNECTION_LIST, b'{"connectionSet":[{"version":true}]}'),
+    (RequestCode.GET_CONSUMER_CONNECTION_LIST, b'{"connectionSet":["c"]}'),
+    (RequestCode.GET_CONSUMER_CONNECTION_LIST, b'{"subscriptionTable":{"T":{"tagsSet":"TagA"}}}'),
+    (RequestCode.GET_CONSUMER_CONNECTION_LIST, b'{"subscriptionTable":{"T":{"tagsSet":[1]}}}'),
+    (RequestCode.GET_CONSUMER_CONNECTION_LIST, b'{"subscriptionTable":{"T":{"subString":null}}}'),
+    (RequestCode.GET_CONSUMER_CONNECTION_LIST, b'{"subscriptionTable":["T"]}'),
+    (RequestCode.GET_CONSUMER_CONNECTION_LIST, b'{"messageModel":1}'),
+    (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, b'{"subscriptionGroupTable":["G"]}'),
+    (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, b'{"subscriptionGroupTable":{"G":{"consumeEnable":"yes"}}}'),
+    (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, b'{"subscriptionGroupTable":{"G":{"retryMaxTimes":1.5}}}'),
+    (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, b'{"subscriptionGroupTable":{"G":"G"}}'),
+    (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, b"\xff\xfe"),
+    (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, b'{"groupList":"G"}'),
+    (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, b'{"groupList":[1]}'),
+    (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, b"{{{"),
+])
+def test_stats_and_group_bodies_that_are_wrong_raise_codec_errors(code, body):
+    with pytest.raises(CodecError):
+        call_broker(STATS_CALLS[code], {code: body})
+
+
+def test_stats_and_group_bodies_read_as_the_broker_writes_them():
+    stats_body = b'{"offsetTable":{%s:{"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0},' \
+                 b'%s:{"lastUpdateTimestamp":1700000000000,"maxOffset":9,"minOffset":2}}}' % (QUEUE_KEY % 1,
+                                                                                              QUEUE_KEY % 0)
+    connection_body = (b'{"connectionSet":[{"clientAddr":"10.0.0.2:5","clientId":"b@2","language":"GO","version":412},'
+                       b'{"clientAddr":"10.0.0.1:5","clientId":"a@1","language":"JAVA","version":9999}],'
+                       b'"consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","consumeType":"CONSUME_ACTIVELY",'
+                       b'"messageModel":"BROADCASTING","subscriptionTable":{"T":{"classFilterMode":false,'
+                       b'"codeSet":[1,2],"expressionType":"TAG","subString":"B || A","subVersion":1,'
+                       b'"tagsSet":["B","A"],"topic":"T"}}}')
+    groups_body = (b'{"dataVersion":{"counter":1,"timestamp":1},"subscriptionGroupTable":{"G":{"brokerId":1,'
+                   b'"consumeBroadcastEnable":false,"consumeEnable":false,"groupName":"G","retryMaxTimes":3,'
+                   b'"retryQueueNums":2,"whichBrokerWhenConsumeSlowly":0},"H":{}}}')
+    bodies = {RequestCode.GET_TOPIC_STATS_INFO: stats_body, RequestCode.GET_CONSUMER_CONNECTION_LIST: connection_body,
+              RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: groups_body,
+              RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: b'{"groupList":["Z","A"]}'}
+
+    async def calls(broker, address):
+        return [await call(broker, address) for call in STATS_CALLS.values()]
+
+    (stats, connections, groups, consumed_by), _ = call_broker(calls, bodies)
+    assert list(stats.queues) == [("T", "broker-a", 0), ("T", "broker-a", 1)]
+    assert stats.queues[("T", "broker-a", 0)] == QueueStats(2, 9, 1700000000000)
+    assert [(c.client_id, c.language, c.version_name) for c in connections.clients] == [
+        ("a@1", "JAVA", "9999"), ("b@2", "GO", "V5_0_0_SNAPSHOT")]
+    assert connections.subscriptions["T"] == Subscription("T", "B || A", "TAG", ["A", "B"])
+    assert (connections.consume_type, connections.message_model) == ("CONSUME_ACTIVELY", "BROADCASTING")
+    assert groups["G"] == SubscriptionGroup("G", False, False, 2, 3, 1, 0)
+    assert groups["H"] == SubscriptionGroup("H", True, True, 1, 16, 0, 1)  # RocketMQ's defaults
+    assert consumed_by == ["A", "Z"]
+
+
+@pytest.mark.parametrize(("ordinal", "name"), [
+    (409, "V4_9_8"), (408, "V4_9_8_SNAPSHOT"), (212, "V4_0_0_SNAPSHOT"), (213, "V4_0_0"), (401, "V4_9_4"),
+    (413, "V5_0_0"), (453, "V5_2_0"), (611, "V5_9_9"), (211, "211"), (612, "612"), (-1, "-1")])
+def test_version_ordinals_are_named_as_rocketmq_names_them(ordinal, name):
+    assert version_name(ordinal) == name
+
+
+def test_answer_codes_that_mean_nothing_there():
+    not_online = {RequestCode.GET_CONSUMER_CONNECTION_LIST: ResponseCode.CONSUMER_NOT_ONLINE,
+                  RequestCode.QUERY_CONSUMER_OFFSET: ResponseCode.QUERY_NOT_FOUND,
+                  RequestCode.GET_TOPIC_STATS_INFO: ResponseCode.TOPIC_NOT_EXIST}
+
+    async def calls(broker, address):
+        with pytest.raises(TopicNotOnBroker) as missing:
+            await broker.topic_stats(address, "T")
+        return (await broker.consumer_connections(address, "G"), await broker.consumer_offset(address, "G", "T", 0),
+                missing.value.response_code)
+
+    assert call_broker(calls, {}, not_online)[0] == (None, None, ResponseCode.TOPIC_NOT_EXIST)
+
+
+@pytest.mark.parametrize("code", [ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED])
+def test_a_pull_that_finds_nothing_is_none_and_asks_without_commit_or_suspend(code):
+    found, received = call_broker(lambda broker, address: broker.pull_one(address, "T", 3, 7), {},
+                                  {RequestCode.PULL_MESSAGE: code})
+    assert found is None
+    fields = received[0].ext_fields
+    assert (fields["consumerGroup"], fields["topic"], fields["queueId"], fields["queueOffset"]) == (
+        CONSOLE_GROUP, "T", "3", "7")
+    assert fields["maxMsgNums"] == "1" and fields["subscription"] == "*" and fields["expressionType"] == "TAG"
+    assert int(fields["sysFlag"]) & 0b11 == 0  # neither commit offset nor suspend
+
+
+def pulled_record(queue_offset: int) -> bytes:
+    host = HostAddress.parse("127.0.0.1:10911")
+    return codec.encode(codec.StoredMessage(
+        topic="T", queue_id=3, queue_offset=queue_offset, phys_offset=0, born_timestamp=1, born_host=host,
+        store_timestamp=2, store_host=host, stored_body=b"body", properties={"UNIQ_KEY": "U"}))
+
+
+@pytest.mark.parametrize("body", [pulled_record(8), pulled_record(7) + pulled_record(8), b"", b"\x00\x00\x00\x09x"])
+def test_a_pull_answering_other_records_is_a_codec_error(body):
+    with pytest.raises(CodecError):
+        call_broker(lambda broker, address: broker.pull_one(address, "T", 3, 7), {RequestCode.PULL_MESSAGE: body})
+
+
+def test_a_pull_answering_the_record_returns_it_and_a_busy_slave_is_an_error():
+    found, _ = call_broker(lambda broker, address: broker.pull_one(address, "T", 3, 7),
+                           {RequestCode.PULL_MESSAGE: pulled_record(7)})
+    assert (found.queue_offset, found.body, found.unique_key) == (7, b"body", "U")
+    with pytest.raises(ResponseError) as retry:
+        call_broker(lambda broker, address: broker.pull_one(address, "T", 3, 7), {},
+                    {RequestCode.PULL_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY})
+    assert retry.value.response_code == ResponseCode.PULL_RETRY_IMMEDIATELY
+
+
+@pytest.mark.parametrize("ext", [{}, {"offset": "x"}, {"offset": ""}])
+def test_offset_answers_without_a_readable_offset_are_codec_errors(ext):
+    async def calls(broker, address):
+        for call in (broker.min_offset(address, "T", 0), broker.max_offset(address, "T", 0),
+                     broker.offset_by_time(address, "T", 0, 5), broker.consumer_offset(address, "G", "T", 0)):
+            with pytest.raises(CodecError):
+                await call
+        return True
+
+    assert call_broker(calls, {}, ext=ext)[0]
+
+
+def test_offset_answers_read_the_offset_field_and_requests_name_the_queue():
+    async def calls(broker, address):
+        return [await broker.min_offset(address, "T", 2), await broker.max_offset(address, "T", 2),
+                await broker.offset_by_time(address, "T", 2, 1234), await broker.consumer_offset(address, "G", "T", 2)]
+
+    offsets, received = call_broker(calls, {}, ext={"offset": "42"})
+    assert offsets == [42, 42, 42, 42]
+    assert [cmd.code for cmd in received] == [RequestCode.GET_MIN_OFFSET, RequestCode.GET_MAX_OFFSET,
+                                              RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.QUERY_CONSUMER_OFFSET]
+    assert received[2].ext_fields == {"topic": "T", "queueId": "2", "timestamp": "1234"}
+    assert received[3].ext_fields == {"consumerGroup": "G", "topic": "T", "queueId": "2"}
+
+
+def test_topics_of_a_cluster_read_the_topic_list_and_refuse_a_wrong_one():
+    async def main(body):
+        async with FakeServer(answering({RequestCode.GET_TOPICS_BY_CLUSTER: body})) as server, \
+                RemotingClient() as client:
+            topics = await NameServerAdmin(client, [server.address]).topics_of_cluster("C")
+            return topics, server.received[0].ext_fields
+
+    assert asyncio.run(main(b'{"topicList":["b","a"]}')) == (["a", "b"], {"cluster": "C"})
+    with pytest.raises(CodecError):
+        asyncio.run(main(b'{"topicList":{"a":1}}'))
