@@ -12,7 +12,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from backend.protocol import (
     BackendUnavailable,
@@ -33,12 +33,9 @@ from cluster.remoting.client import ClientOptions, RemotingClient
 from cluster.remoting.codes import ResponseCode
 from cluster.remoting.connection import SocketFactory
 from cluster.remoting.errors import RemotingError, ResponseError
-from cluster.remoting.models import TopicRoute
+from cluster.remoting.models import SubscriptionGroup, TopicRoute
 from cluster.remoting.namesrv import NameServerAdmin, TopicNotFound
 from store.format import topics
-
-if TYPE_CHECKING:
-    from cluster.remoting.models import SubscriptionGroup
 
 T = TypeVar("T")
 PERM_READ, PERM_WRITE = 4, 2
