@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from backend.embedded_groups import group_rows, lags, queue_bounds
 from backend.protocol import (
     BackendView,
     BrokerView,
     ClusterView,
+    GroupList,
     GroupProgress,
+    GroupSummary,
     GroupView,
     QueueActivity,
-    QueueLag,
     QueueOffsets,
     TopicList,
     TopicView,
@@ -18,8 +20,6 @@ from store.broker.metadata import GroupConfig, TopicConfig
 from store.errors import StoreError
 from store.format import topics
 from store.message_store import MessageStore
-
-Bounds = dict[tuple[str, int], tuple[int, int]]  # (topic, queue id) -> (min offset, max offset)
 
 EMBEDDED_CLUSTER = "mqlens"
 EMBEDDED_BROKER = "mqlens"  # the broker name the gRPC front's routes give too
@@ -79,22 +79,14 @@ class EmbeddedBackend:
     def group_progress(self, group: str) -> GroupProgress:
         return GroupProgress(lags(self.store.offsets.of_group(group), queue_bounds(self.store)))
 
+    def group_summaries(self) -> GroupList:
+        return GroupList([GroupSummary(**row) for row in group_rows(self.store)])
+
+    def group_connections(self, group: str) -> None:
+        return None
+
     def close(self) -> None:
         """The store is closed by whoever opened it."""
-
-
-def queue_bounds(store: MessageStore) -> Bounds:
-    return {(topic, queue_id): (lo, hi) for topic, queues in store.topics().items() for queue_id, lo, hi in queues}
-
-
-def lags(offsets: dict[str, dict[int, int]], bounds: Bounds) -> list[QueueLag]:
-    """One group's lag on every queue it committed an offset for, user topics first."""
-    rows = []
-    for topic, queues in offsets.items():
-        for queue_id, committed in queues.items():
-            lo, hi = bounds.get((topic, queue_id), (0, 0))
-            rows.append(QueueLag(topic, queue_id, committed, lo, hi, max(0, hi - max(committed, lo)), committed < lo))
-    return sorted(rows, key=lambda r: (topics.is_system_topic(r.topic), r.topic, r.queue_id))
 
 
 def _group_view(config: GroupConfig, configured: bool) -> GroupView:

@@ -120,12 +120,54 @@ class QueueLag:
     max_offset: int
     lag: int  # messages still there to consume: max offset - max(committed, min offset)
     expired: bool  # the committed offset points at messages retention already deleted
-    broker: str | None = None  # the broker holding the queue; None: the embedded store
+
+
+@dataclass(frozen=True)
+class BrokerQueueLag(QueueLag):
+    """A live cluster's queue, on one of its brokers."""
+
+    broker: str = ""
 
 
 @dataclass(frozen=True)
 class GroupProgress:
     queues: list[QueueLag]
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    name: str
+    configured: bool
+    queues: int  # queues it committed an offset on
+    lag: int
+    retry_messages: int  # held in its %RETRY% topic
+    dead_letters: int  # held in its %DLQ% topic
+
+
+@dataclass(frozen=True)
+class GroupList:
+    groups: list[GroupSummary]
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ConsumerClientView:
+    client_id: str
+    address: str
+    language: str
+    version: str
+
+
+@dataclass(frozen=True)
+class GroupConnections:
+    """A live cluster's consumers of a group online now, as the brokers know them."""
+
+    clients: list[ConsumerClientView]
+    subscriptions: dict[str, str]  # topic -> its filter expression
+    consume_type: str
+    message_model: str
+    consume_from_where: str
     problems: list[str] = field(default_factory=list)
 
 
@@ -159,6 +201,15 @@ class Backend(Protocol):
     def group_progress(self, group: str) -> GroupProgress:
         """The group's committed offset, the queue's bounds and the lag on every queue it
         committed an offset on, its own topics first."""
+        ...
+
+    def group_summaries(self) -> GroupList:
+        """Every group known, with its lag, retry messages and dead letters, by name."""
+        ...
+
+    def group_connections(self, group: str) -> GroupConnections | None:
+        """The group's consumers online now as the brokers know them; None where the backend
+        has no such view (the embedded store's clients are the gRPC front's sessions)."""
         ...
 
     def close(self) -> None:

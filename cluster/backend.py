@@ -17,12 +17,16 @@ from typing import TypeVar
 from backend.protocol import (
     BackendUnavailable,
     BackendView,
+    BrokerQueueLag,
     BrokerView,
     ClusterView,
+    ConsumerClientView,
+    GroupConnections,
+    GroupList,
     GroupProgress,
+    GroupSummary,
     GroupView,
     QueueActivity,
-    QueueLag,
     QueueOffsets,
     TopicList,
     TopicView,
@@ -206,8 +210,8 @@ class ClusterBackend:
     def group_progress(self, group: str) -> GroupProgress:
         return self.run(lambda: self._group_progress(group))
 
-    async def _list_groups(self) -> list[GroupView]:
-        calls, merged = _Calls(), {}
+    async def _list_groups(self, calls: _Calls | None = None) -> list[GroupView]:
+        calls, merged = calls or _Calls(), {}
         for broker, address in (await self._broker_addresses()).items():
             try:
                 configs = await calls.call(broker, self.brokers.subscription_groups(address))
@@ -218,10 +222,57 @@ class ClusterBackend:
                 merged.setdefault(name, _group_view(config))
         return [merged[name] for name in sorted(merged)]
 
-    async def _group_progress(self, group: str) -> GroupProgress:
-        calls = _Calls()
+    def group_summaries(self) -> GroupList:
+        return self.run(self._group_summaries)
 
-        async def of_broker(broker: str, address: str) -> list[QueueLag]:
+    def group_connections(self, group: str) -> GroupConnections | None:
+        return self.run(lambda: self._group_connections(group))
+
+    async def _group_summaries(self) -> GroupList:
+        calls = _Calls()
+        groups = await self._list_groups(calls)
+        try:
+            names = set(await self.namesrv.topic_list())
+        except RemotingError as exc:
+            raise BackendUnavailable(f"no name server answered ({'; '.join(self.settings.name_servers)}): {exc}") \
+                from None
+
+        async def held(topic: str) -> int:
+            view = await self._topic(topic, calls) if topic in names else None
+            return 0 if view is None else sum(q.max_offset - q.min_offset for q in view.queue_offsets)
+
+        async def summary(group: GroupView) -> GroupSummary:
+            progress, retry, dead = await asyncio.gather(self._group_progress(group.name, calls),
+                                                         held(topics.retry_topic(group.name)),
+                                                         held(topics.dlq_topic(group.name)))
+            return GroupSummary(group.name, True, len(progress.queues), sum(q.lag for q in progress.queues),
+                                retry, dead)
+
+        found = await asyncio.gather(*(summary(g) for g in groups))
+        return GroupList(list(found), calls.problems())
+
+    async def _group_connections(self, group: str) -> GroupConnections | None:
+        """The first broker that knows the group's consumers answers (each broker hears from all of them)."""
+        calls = _Calls()
+        for broker, address in (await self._broker_addresses()).items():
+            try:
+                found = await calls.call(broker, self.brokers.consumer_connections(address, group))
+            except (RemotingError, TimeoutError) as exc:
+                calls.failed(broker, exc, address)
+                continue
+            if found is not None:
+                return GroupConnections(
+                    [ConsumerClientView(c.client_id, c.address, c.language, c.version_name) for c in found.clients],
+                    {topic: sub.expression for topic, sub in sorted(found.subscriptions.items())},
+                    found.consume_type, found.message_model, found.consume_from_where, calls.problems())
+        if calls.problems():
+            return GroupConnections([], {}, "", "", "", calls.problems())
+        return None
+
+    async def _group_progress(self, group: str, calls: _Calls | None = None) -> GroupProgress:
+        calls = calls or _Calls()
+
+        async def of_broker(broker: str, address: str) -> list[BrokerQueueLag]:
             try:
                 stats = await calls.call(broker, self.brokers.consume_stats(address, group))
             except ResponseError as exc:
@@ -239,8 +290,8 @@ class ClusterBackend:
                 except (RemotingError, TimeoutError):
                     low = 0
                 committed, high = progress.consumer_offset, progress.broker_offset
-                rows.append(QueueLag(topic, queue_id, committed, low, high, max(0, high - max(committed, low)),
-                                     0 <= committed < low, broker_name))
+                rows.append(BrokerQueueLag(topic, queue_id, committed, low, high, max(0, high - max(committed, low)),
+                                           0 <= committed < low, broker_name))
             return rows
 
         brokers = await self._broker_addresses()

@@ -17,7 +17,7 @@ from app.security import READ, Configurer
 from app.services import config
 from app.services.audit import MAX_REASON
 from app.services.errors import InvalidRequestError
-from app.services.group_status import known_groups
+from backend.embedded_groups import known_groups
 from store.broker.metadata import DEFAULT_RETRY_MAX_TIMES
 
 router = APIRouter(include_in_schema=False)

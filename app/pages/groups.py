@@ -9,7 +9,7 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse
 
-from app.deps import ClientSessionsDep, ClockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClientSessionsDep, ClockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
 from app.pages.params import optional_int, optional_time_ms
 from app.pages.topics import topic_url
@@ -19,15 +19,18 @@ from app.services import groups as groups_service
 from app.services import offset_reset
 from app.services.audit import MAX_REASON
 from app.services.errors import InvalidRequestError
-from app.services.group_status import group_detail, group_rows
+from app.services.group_status import cluster_group_detail, group_detail
 from store.format.topics import is_system_topic
 
 router = APIRouter(include_in_schema=False)
 
 
 @router.get("/groups", dependencies=[READ])
-def groups_page(request: Request, store: StoreDep, renderer: RendererDep):
-    return renderer.page(request, "groups/groups.html", {"nav": "groups", "groups": group_rows(store)})
+def groups_page(request: Request, backend: BackendDep, renderer: RendererDep):
+    listing = backend.group_summaries()
+    return renderer.page(request, "groups/groups.html", {"nav": "groups", "groups": [asdict(g) for g in listing.groups],
+                                                         "problems": listing.problems,
+                                                         "on_cluster": backend.kind == "cluster"})
 
 
 def reset_topics(store, offsets: list) -> tuple[list[str], list[str]]:
@@ -39,8 +42,12 @@ def reset_topics(store, offsets: list) -> tuple[list[str], list[str]]:
 
 
 @router.get("/groups/{group}", dependencies=[READ])
-def group_page(group: str, request: Request, store: StoreDep, renderer: RendererDep, clients: ClientSessionsDep,
+def group_page(group: str, request: Request, backend: BackendDep, renderer: RendererDep, clients: ClientSessionsDep,
                saved: str | None = None, reset: str | None = None):
+    store = request.app.state.store
+    if store is None:
+        return renderer.page(request, "groups/cluster_group.html",
+                             {"nav": "groups", "group": cluster_group_detail(backend, group)})
     now_ms = request.app.state.clock.now_ms()
     connected = client_rows(clients, group=group)
     data = group_detail(store, group, now_ms, known_elsewhere=bool(connected))

@@ -11,7 +11,9 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from app.services import group_status, store_status
+from app.services import store_status
+from backend import embedded_groups
+from backend.embedded_groups import lags, queue_bounds
 from store.message_store import MessageStore
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -41,7 +43,7 @@ class StoreCollector(Collector):
                                   status.messages_delivered)
         yield CounterMetricFamily("mqlens_messages_acked", "Receipts acknowledged since the store was opened.",
                                   status.messages_acked)
-        bounds = group_status.queue_bounds(store)
+        bounds = queue_bounds(store)
         max_offsets = GaugeMetricFamily("mqlens_queue_max_offset", "The next queue offset to be written.",
                                         labels=["topic", "queue"])
         for (topic, queue_id), (_, hi) in sorted(bounds.items()):
@@ -49,13 +51,13 @@ class StoreCollector(Collector):
         yield max_offsets
         lag = GaugeMetricFamily("mqlens_consumer_lag", "Messages a group has yet to consume from a queue.",
                                 labels=["group", "topic", "queue"])
-        for group, offsets in sorted(group_status.committed_offsets(store).items()):
-            for row in group_status.lags(offsets, bounds):
+        for group, offsets in sorted(embedded_groups.committed_offsets(store).items()):
+            for row in lags(offsets, bounds):
                 lag.add_metric([group, row.topic, str(row.queue_id)], row.lag)
         yield lag
         dlq = GaugeMetricFamily("mqlens_dlq_messages", "Messages in a group's dead-letter topic.", labels=["group"])
-        for group in group_status.known_groups(store, bounds):
-            dlq.add_metric([group], group_status.dead_letter_count(bounds, group))
+        for group in embedded_groups.known_groups(store, bounds):
+            dlq.add_metric([group], embedded_groups.dead_letter_count(bounds, group))
         yield dlq
 
 

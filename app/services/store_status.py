@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.services import group_status
+from backend.embedded_groups import Bounds, known_groups, queue_bounds
 from store.format import topics
 from store.message_store import MessageStore
 
@@ -44,12 +44,12 @@ def disk_bytes(root: Path) -> int:
     return total
 
 
-def dlq_messages(bounds: group_status.Bounds) -> int:
+def dlq_messages(bounds: Bounds) -> int:
     return sum(hi - lo for (topic, _), (lo, hi) in bounds.items() if topics.is_dlq_topic(topic))
 
 
 def store_status(store: MessageStore) -> StoreStatus:
-    bounds = group_status.queue_bounds(store)
+    bounds = queue_bounds(store)
     counts = store.stats.snapshot()
     topic_names = {t.name for t in store.metadata.topics()} | {t for t, _ in bounds}
     return StoreStatus(
@@ -61,7 +61,7 @@ def store_status(store: MessageStore) -> StoreStatus:
         delayed_messages=sum(store.scheduler.pending().values()) + store.timer.pending(),
         receive_retries=sum(row["retries_waiting"] for row in store.receive_status()),
         topics=len(topic_names),
-        groups=len(group_status.known_groups(store, bounds)),
+        groups=len(known_groups(store, bounds)),
         messages_put=counts.put,
         messages_delivered=counts.delivered,
         messages_acked=counts.acked,

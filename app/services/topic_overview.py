@@ -47,7 +47,8 @@ def topic_detail(backend: Backend, name: str, now_ms: int) -> dict:
     for q, activity in zip(view.queue_offsets, backend.queue_activity(view, now_ms - RATE_WINDOW_MS), strict=True):
         last_minute = activity.stored_since
         queues.append({
-            "broker": q.broker, "queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
+            **({"broker": q.broker} if q.broker is not None else {}),
+            "queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
             "messages": q.max_offset - q.min_offset, "last_minute": last_minute,
             "per_second": None if last_minute is None else round(last_minute * 1000 / RATE_WINDOW_MS, 3),
             "newest_ms": activity.newest_ms,

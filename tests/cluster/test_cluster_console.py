@@ -5,6 +5,7 @@ answer with brokers that are; pages that need the embedded store say so with a 4
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import orjson
@@ -18,6 +19,7 @@ from cluster.remoting.fastjson import loads_fastjson
 from tests.cluster.console import console_on
 from tests.cluster.fake_server import Peer, fake_server_thread
 from tests.cluster.test_remoting_fixture import consumer_progress_rows, unique
+from tests.cluster.test_remoting_fixture_stats import consumer_connection_parts
 from tests.live_server import LiveServer, free_port, wait_until
 
 HTML = {"Accept": "text/html"}
@@ -194,3 +196,34 @@ def test_group_progress_on_a_cluster_equals_mqadmin_consumer_progress(rocketmq, 
         assert group in [g["name"] for g in client.get("/api/groups").json()["groups"]]
         never = client.get(f"/api/groups/{unique('NeverSeen')}").json()
         assert (never["group"]["configured"], never["queues"], never["lag"]) == (False, [], 0)
+
+
+def test_the_group_pages_on_a_cluster_show_lag_and_the_consumers_online_as_mqadmin(rocketmq, tmp_path):
+    topic, group = unique("ConsoleConn"), unique("ConsoleConnGroup")
+    rocketmq.produce(topic, 4, unique("c"))
+    with ThreadPoolExecutor(1) as pool, console_on(rocketmq, tmp_path) as server, server.client() as client:
+        consumer = pool.submit(rocketmq.run, "consume", group, topic, "5", "120")  # stays online for a 5th
+        try:
+            def online_and_caught_up():
+                detail = client.get(f"/groups/{group}.json").json()
+                if detail.get("ok") is False:
+                    return None
+                group_state = detail["group"]
+                consumed = sum(o["committed"] for o in group_state["offsets"] if o["topic"] == topic)
+                clients = (group_state["connections"] or {}).get("clients")
+                return group_state if consumed == 4 and clients else None
+
+            state = wait_until(online_and_caught_up, 90, "the consumer online with all four consumed", poll_s=0.5)
+            clients, subscriptions, _ = consumer_connection_parts(rocketmq.mqadmin("consumerConnection", "-g", group))
+            assert sorted((c["client_id"], c["address"], c["language"], c["version"])
+                          for c in state["connections"]["clients"]) == clients
+            assert state["connections"]["subscriptions"] == subscriptions
+            page = client.get(f"/groups/{group}", headers=HTML)
+            assert page.status_code == 200 and clients[0][0] in page.text and "broker-a" in page.text
+            listing = client.get("/groups.json").json()
+            [row] = [g for g in listing["groups"] if g["name"] == group]
+            assert (row["configured"], row["lag"], row["dead_letters"]) == (True, 0, 0) and row["queues"] >= 1
+            assert client.get(f"/groups/{unique('NobodyKnows')}", headers=HTML).status_code == 404
+        finally:
+            rocketmq.produce(topic, 1, unique("last"))
+            consumer.result(timeout=150)
