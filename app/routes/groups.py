@@ -32,7 +32,8 @@ router = APIRouter(tags=["groups"])
 def list_groups(backend: BackendDep) -> GroupsResponse:
     """The groups that were set up, by name (on a live cluster: every master broker's
     subscription groups, merged)."""
-    return GroupsResponse(groups=[GroupOut.model_validate(g, from_attributes=True) for g in backend.list_groups()])
+    listed = groups.list_groups(backend)
+    return GroupsResponse(groups=[GroupOut.model_validate(g, from_attributes=True) for g in listed])
 
 
 @router.get("/api/groups/{group}", dependencies=[READ], response_model=GroupStateResponse,

@@ -19,7 +19,7 @@ def list_topics(backend: BackendDep) -> TopicsResponse:
     """Every topic (system topics too) with its queue count, permission and per-queue offsets
     (on a live cluster each queue names its broker). Brokers that did not answer in time are
     named in `problems` and `complete` is false; their topics' queues are missing."""
-    listing = backend.list_topics()
+    listing = topics.list_topics(backend)
     return TopicsResponse(topics=[TopicOut.model_validate(t, from_attributes=True) for t in listing.topics],
                           complete=not listing.problems, problems=listing.problems)
 

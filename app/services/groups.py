@@ -11,15 +11,16 @@ from app.roles import Principal
 from app.services import audit
 from app.services.errors import ConflictError
 from backend.embedded import EmbeddedBackend
-from backend.protocol import GroupView
+from backend.protocol import Backend, GroupView
 from store.clock import Clock
 from store.message_store import MessageStore
 
 UPDATE_GROUP = "update_group"
 
 
-def list_groups(store: MessageStore) -> list[GroupView]:
-    return EmbeddedBackend(store).list_groups()
+def list_groups(backend: Backend) -> list[GroupView]:
+    """The groups set up, by name (on a live cluster: every master broker's, merged)."""
+    return backend.list_groups()
 
 
 def get_group(store: MessageStore, name: str) -> GroupView:

@@ -9,7 +9,7 @@ from app.roles import Principal
 from app.services import audit
 from app.services.errors import ForbiddenError
 from backend.embedded import EmbeddedBackend
-from backend.protocol import TopicView
+from backend.protocol import Backend, TopicList, TopicView
 from store.broker.metadata import TopicConfig
 from store.clock import Clock
 from store.format import topics
@@ -24,6 +24,12 @@ def check_producer_topic(name: str) -> str:
     if topics.is_system_topic(name):
         raise ForbiddenError(f"topic {name} is a system topic: producers cannot send to it")
     return name
+
+
+def list_topics(backend: Backend) -> TopicList:
+    """Every topic with its settings and the offsets of each queue, by name; on a live cluster
+    also the brokers that did not answer."""
+    return backend.list_topics()
 
 
 def get_topic(store: MessageStore, name: str) -> TopicView | None:

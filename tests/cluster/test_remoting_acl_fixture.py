@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -26,6 +27,7 @@ def acl_cluster(tmp_path_factory):
     env = rocketmq_fixture.acl_home(base / "home", ACCESS_KEY, SECRET_KEY)
     cluster = rocketmq_fixture.start(base / "run", env)
     try:
+        wait_for_runtime_stats(cluster)
         yield cluster
     finally:
         rocketmq_fixture.stop(base / "run")
@@ -38,6 +40,21 @@ def call(cluster, credentials: AclCredentials | None, serialize_type: SerializeT
             return await calling(BrokerAdmin(client))
 
     return asyncio.run(main())
+
+
+def wait_for_runtime_stats(cluster, deadline_s: float = 30.0) -> None:
+    """A broker just started answers GET_BROKER_RUNTIME_INFO with a SYSTEM_ERROR until it took
+    its first statistics sample (about a second)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            call(cluster, AclCredentials(ACCESS_KEY, SECRET_KEY), SerializeType.JSON,
+                 lambda broker: broker.runtime_info(BROKER))
+            return
+        except ResponseError as exc:
+            if exc.response_code != ResponseCode.SYSTEM_ERROR or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("serialize_type", list(SerializeType))
