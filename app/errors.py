@@ -31,7 +31,7 @@ from app.services.errors import (
     PayloadTooLargeError,
     ServiceError,
 )
-from backend.protocol import BackendUnavailable
+from backend.protocol import BackendRefused, BackendUnavailable
 from store.broker.metadata import TopicNotFoundError
 from store.errors import (
     DiskFullError,
@@ -64,6 +64,7 @@ _STATUS_BY_CLASS: tuple[tuple[type[Exception], int], ...] = (
     (AuthenticationError, 401),
     (ForbiddenError, 403),
     (InvalidRequestError, 400),
+    (BackendRefused, 400),
     (PayloadTooLargeError, 413),
     # A live cluster that answered nothing in time: the request may be repeated as it is.
     (BackendUnavailable, 424),
@@ -247,6 +248,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StoreError, _domain_error)
     app.add_exception_handler(ServiceError, _domain_error)
     app.add_exception_handler(BackendUnavailable, _domain_error)
+    app.add_exception_handler(BackendRefused, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_middleware(UnexpectedErrorMiddleware)

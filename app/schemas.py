@@ -602,6 +602,9 @@ class FoundResponse(BaseModel):
     searched_topics: list[str] = Field(description="The topics looked in (all of them when none was given).")
     recognised_as: str | None = Field(None, description="What the search box took the query for.")
     next_cursor: str | None = Field(None, description="GET /api/search only: the cursor of the next page.")
+    complete: bool = Field(True, description="False: a broker or topic did not answer in time (see problems); "
+                                             "on the embedded store always true.")
+    problems: list[str] = Field(default_factory=list, description="Brokers that did not answer in time, and why.")
 
 
 # -- accounts ----------------------------------------------------------------------------------

@@ -11,14 +11,16 @@ from backend.protocol import (
     GroupProgress,
     GroupSummary,
     GroupView,
+    KeyMatches,
     QueueActivity,
     QueueOffsets,
     TopicList,
     TopicView,
 )
 from store.broker.metadata import GroupConfig, TopicConfig
-from store.errors import StoreError
-from store.format import topics
+from store.errors import MessageNotFoundError, StoreError
+from store.format import ids, topics
+from store.format.codec import StoredMessage
 from store.message_store import MessageStore
 
 EMBEDDED_CLUSTER = "mqlens"
@@ -87,6 +89,41 @@ class EmbeddedBackend:
 
     def close(self) -> None:
         """The store is closed by whoever opened it."""
+
+    # -- lookups
+    def topic_names(self) -> list[str]:
+        return sorted(set(self.store.topics()) | {t.name for t in self.store.metadata.topics()})
+
+    def read_by_offset_id(self, offset_msg_id: str) -> StoredMessage:
+        _, phys_offset = ids.decode_offset_msg_id(offset_msg_id)
+        try:
+            msg = self.store.read(phys_offset)
+        except MessageNotFoundError:
+            raise MessageNotFoundError(f"no message with offset id {offset_msg_id} (nothing at commit log offset "
+                                       f"{phys_offset}; it may have expired)") from None
+        if msg.offset_msg_id != offset_msg_id.upper():
+            raise MessageNotFoundError(f"no message with offset id {offset_msg_id} (it names another broker or "
+                                       f"offset)")
+        return msg
+
+    def query_key(self, key: str, topic_names: list[str], begin_ms: int, end_ms: int, max_results: int,
+                  unique: bool) -> KeyMatches:
+        query = self.store.query_by_unique_key if unique else self.store.query_by_key
+        found: list[StoredMessage] = []
+        truncated = False
+        for name in topic_names:
+            result = query(name, key, begin_ms, end_ms, max_results)
+            found.extend(result.messages)
+            truncated |= result.truncated
+        found.sort(key=lambda m: (m.store_timestamp, m.phys_offset), reverse=True)
+        if len(found) > max_results:
+            found, truncated = found[:max_results], True
+        return KeyMatches(found, truncated, list(topic_names))
+
+    def read_at(self, topic: str, queue_id: int, queue_offset: int, broker: str | None = None) -> StoredMessage:
+        if broker not in (None, EMBEDDED_BROKER):
+            raise MessageNotFoundError(f"no broker {broker}: the embedded store is broker {EMBEDDED_BROKER}")
+        return self.store.get_by_queue_offset(topic, queue_id, queue_offset)
 
 
 def _group_view(config: GroupConfig, configured: bool) -> GroupView:

@@ -11,11 +11,17 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
+from store.format.codec import StoredMessage
+
 BackendKind = Literal["embedded", "cluster"]
 
 
 class BackendUnavailable(Exception):
     """Nothing of the answer could be read: no name server answered, or not in time."""
+
+
+class BackendRefused(ValueError):
+    """The request cannot be answered as asked on this backend (it names no single broker, say)."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,14 @@ class GroupConnections:
     problems: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class KeyMatches:
+    messages: list[StoredMessage]  # newest first
+    truncated: bool = False  # more may match: a cap, a deadline or an index walk stopped it
+    searched_topics: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # brokers or topics that did not answer, and why
+
+
 class Backend(Protocol):
     kind: BackendKind
 
@@ -213,4 +227,24 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None:
+        ...
+
+    # -- lookups
+    def topic_names(self) -> list[str]:
+        """The name of every topic, system topics too."""
+        ...
+
+    def read_by_offset_id(self, offset_msg_id: str) -> StoredMessage:
+        """The message a well-formed offset message id names; MessageNotFoundError when nothing is there."""
+        ...
+
+    def query_key(self, key: str, topic_names: list[str], begin_ms: int, end_ms: int, max_results: int,
+                  unique: bool) -> KeyMatches:
+        """Messages of these topics stored in the window whose KEYS hold `key` (or whose UNIQ_KEY is
+        `key`), newest first, at most `max_results`."""
+        ...
+
+    def read_at(self, topic: str, queue_id: int, queue_offset: int, broker: str | None = None) -> StoredMessage:
+        """The message at one queue offset (of `broker`'s queue on a cluster); MessageNotFoundError
+        when none is there, BackendRefused when the queue is on several brokers and none was named."""
         ...

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.deps import ClockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClockDep, SessionsDep
 from app.masking import Body
 from app.pages import RendererDep
 from app.presenters import body_text, message_dict, message_summary
@@ -21,6 +21,7 @@ from app.services import dead_letters, lookup, reveal, transactions
 from app.services import resend as resend_service
 from app.services.audit import MAX_REASON
 from app.services.errors import ForbiddenError, InvalidRequestError
+from backend.embedded import EmbeddedBackend
 from store.broker.client_trace import ClientTraceContext, TraceType, client_trace_of
 from store.format import topics
 from store.format.codec import StoredMessage
@@ -32,6 +33,8 @@ PREVIEW_BYTES = 64 * 1024  # bodies beyond this are previewed, the whole body is
 HEX_PREVIEW_BYTES = 4 * 1024
 BodyView = Literal["text", "json", "hex", "base64"]
 VIEWS: tuple[BodyView, ...] = get_args(BodyView)
+# What the message page shows only from the embedded store so far; on a live cluster it says so.
+NOT_YET_ON_A_CLUSTER = ("other copies", "retry timeline", "client trace", "transaction state", "dead-letter actions")
 
 
 def hex_dump(data: bytes) -> str:
@@ -135,49 +138,53 @@ def _trace_outcome(context: ClientTraceContext) -> str | None:
     return None if context.success is None else ("sent" if context.success else "send failed")
 
 
-def message_data(store: MessageStore, offset_msg_id: str, sessions: sessionmaker[Session],
+def message_data(source: lookup.Source, offset_msg_id: str, sessions: sessionmaker[Session],
                  view: BodyView | None = None) -> dict:
-    msg = lookup.by_offset_id(store, offset_msg_id)
-    copies = _all_copies(store, msg)
+    backend = lookup.backend_of(source)
+    msg = lookup.by_offset_id(backend, offset_msg_id)
     data = {k: v for k, v in message_dict(msg).items() if k not in ("body_masked", "body_base64", "body_text")}
-    return {
+    shown = {
         "message": data,
         "body": Body(msg.offset_msg_id, {"masked": False, **body_views(msg.body, view)},
                      masked={"masked": True, "size": len(msg.body)}),
         "reveal_url": f"/messages/{msg.offset_msg_id}/reveal",
-        "dead_letter": dead_letter_data(store, sessions, msg),
-        "transaction": transaction_data(store, msg, copies),
-        "client_trace": client_trace_data(store, msg),
-        "copies": other_copies(msg, copies),
         "permalink": f"/messages/{msg.offset_msg_id}",
         "timeline_url": f"/messages/{msg.unique_key or msg.offset_msg_id}/timeline",
         "download_url": f"/messages/{msg.offset_msg_id}/body",
     }
+    if not isinstance(backend, EmbeddedBackend):
+        return {**shown, "dead_letter": None, "transaction": None, "client_trace": [], "copies": [],
+                "not_served": list(NOT_YET_ON_A_CLUSTER)}
+    store = backend.store
+    copies = _all_copies(store, msg)
+    return {**shown, "dead_letter": dead_letter_data(store, sessions, msg),
+            "transaction": transaction_data(store, msg, copies), "client_trace": client_trace_data(store, msg),
+            "copies": other_copies(msg, copies), "not_served": []}
 
 
 @router.get("/messages/{offset_msg_id}", dependencies=[READ])
-def message_page(offset_msg_id: str, request: Request, store: StoreDep, sessions: SessionsDep, renderer: RendererDep,
-                 view: str | None = None):
+def message_page(offset_msg_id: str, request: Request, backend: BackendDep, sessions: SessionsDep,
+                 renderer: RendererDep, view: str | None = None):
     if view is not None and view not in VIEWS:
         raise InvalidRequestError(f"unknown body view {view[:20]!r}: use one of {', '.join(VIEWS)}")
-    data = message_data(store, offset_msg_id, sessions, view)
+    data = message_data(backend, offset_msg_id, sessions, view)
     return renderer.page(request, "messages/message.html", {**data, "nav": "search"}, fragment="body_view")
 
 
 @router.post("/messages/{offset_msg_id}/reveal")
-def reveal_page(offset_msg_id: str, store: StoreDep, sessions: SessionsDep, clock: ClockDep, reader: Reader,
+def reveal_page(offset_msg_id: str, backend: BackendDep, sessions: SessionsDep, clock: ClockDep, reader: Reader,
                 mask: Masking, reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None) -> Response:
     """Show a masked body: recorded in the audit log, then the message page shows it for a while."""
-    msg = lookup.by_offset_id(store, offset_msg_id)
+    msg = lookup.by_offset_id(backend, offset_msg_id)
     if not mask.shows(msg.offset_msg_id):
         reveal.reveal(sessions, clock, msg, actor=reader, reason=reason)
     return RedirectResponse(f"/messages/{msg.offset_msg_id}", status_code=303)
 
 
 @router.get("/messages/{offset_msg_id}/body", dependencies=[READ])
-def message_body(offset_msg_id: str, store: StoreDep, mask: Masking) -> Response:
+def message_body(offset_msg_id: str, backend: BackendDep, mask: Masking) -> Response:
     """The whole body, as stored (decompressed), for download."""
-    msg = lookup.by_offset_id(store, offset_msg_id)
+    msg = lookup.by_offset_id(backend, offset_msg_id)
     body = mask(Body(msg.offset_msg_id, msg.body))
     if body is None:
         raise ForbiddenError("your role sees message bodies masked: reveal the body on the message page first "

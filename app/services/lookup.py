@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 
 from app.services.errors import InvalidRequestError, NotFoundError
+from backend.embedded import EmbeddedBackend
+from backend.protocol import Backend
 from store.errors import InvalidIdError, MessageNotFoundError
 from store.format import ids, topics
 from store.format.codec import StoredMessage
@@ -17,6 +19,8 @@ QUEUE_ADDRESS = re.compile(r"^(?P<topic>[%|a-zA-Z0-9_-]+):(?P<queue>\d{1,4}):(?P
 HEX_ID = re.compile(r"^[0-9A-Fa-f]{32}$|^[0-9A-Fa-f]{56}$")
 MAX_KEY_CHARS = 512
 
+Source = Backend | MessageStore  # callers that hold the embedded store may pass it as it is
+
 
 @dataclass
 class Found:
@@ -24,6 +28,11 @@ class Found:
     truncated: bool = False  # more matched than `max`, or a topic's index walk stopped early
     searched_topics: list[str] = field(default_factory=list)
     recognised_as: str = ""  # what the search box took the query for
+    problems: list[str] = field(default_factory=list)  # on a cluster: brokers that did not answer, and why
+
+
+def backend_of(source: Source) -> Backend:
+    return EmbeddedBackend(source) if isinstance(source, MessageStore) else source
 
 
 def _check_key(key: str) -> str:
@@ -32,98 +41,85 @@ def _check_key(key: str) -> str:
     return key
 
 
-def _topics_to_search(store: MessageStore, topic: str | None) -> list[str]:
+def _topics_to_search(backend: Backend, topic: str | None) -> list[str]:
     if topic is not None:
         topics.validate_topic(topic)
-        if store.metadata.topic(topic) is None and topic not in store.topics():
+        if topic not in backend.topic_names():
             raise NotFoundError(f"no topic {topic}")
         return [topic]
-    found = set(store.topics()) | {t.name for t in store.metadata.topics()}
-    found.discard(topics.TRACE_TOPIC)
-    return sorted(found)
+    return [name for name in backend.topic_names() if name != topics.TRACE_TOPIC]
 
 
-def by_offset_id(store: MessageStore, offset_msg_id: str) -> StoredMessage:
+def by_offset_id(source: Source, offset_msg_id: str) -> StoredMessage:
     try:
-        _, phys_offset = ids.decode_offset_msg_id(offset_msg_id)
+        ids.decode_offset_msg_id(offset_msg_id)
     except InvalidIdError as exc:
         raise InvalidRequestError(f"malformed offset message id {offset_msg_id[:64]!r}: {exc}") from None
     try:
-        msg = store.read(phys_offset)
-    except MessageNotFoundError:
-        raise NotFoundError(f"no message with offset id {offset_msg_id} (nothing at commit log offset "
-                            f"{phys_offset}; it may have expired)") from None
-    if msg.offset_msg_id != offset_msg_id.upper():
-        raise NotFoundError(f"no message with offset id {offset_msg_id} (it names another broker or offset)")
-    return msg
+        return backend_of(source).read_by_offset_id(offset_msg_id)
+    except MessageNotFoundError as exc:
+        raise NotFoundError(str(exc)) from None
 
 
-def stored_or_none(store: MessageStore, offset_msg_id: str) -> StoredMessage | None:
+def stored_or_none(source: Source, offset_msg_id: str) -> StoredMessage | None:
     """The record an offset message id names, if the id is one and the record is there."""
     try:
-        return by_offset_id(store, offset_msg_id)
+        return by_offset_id(source, offset_msg_id)
     except (InvalidRequestError, NotFoundError):
         return None
 
 
-def all_copies(store: MessageStore, unique_keys: list[str], anchor: StoredMessage | None = None) -> list[StoredMessage]:
+def all_copies(source: Source, unique_keys: list[str], anchor: StoredMessage | None = None) -> list[StoredMessage]:
     """Every copy with one of the unique keys in any topic, the anchor, and the copies their
     ORIGIN_MESSAGE_ID names, oldest first."""
+    backend = backend_of(source)
     found: dict[int, StoredMessage] = {}
     if anchor is not None:
         found[anchor.phys_offset] = anchor
     for key in dict.fromkeys(unique_keys):
         try:
-            copies = by_unique_key(store, key, max_results=MAX_QUERY_RESULTS).messages
+            copies = by_unique_key(backend, key, max_results=MAX_QUERY_RESULTS).messages
         except InvalidRequestError:  # a key the index cannot be asked for (spaces, too long)
             continue
         for msg in copies:
             found[msg.phys_offset] = msg
     for msg in list(found.values()):
         origin = msg.properties.get(topics.ORIGIN_MESSAGE_ID)
-        if origin and (named := stored_or_none(store, origin)) is not None:
+        if origin and (named := stored_or_none(backend, origin)) is not None:
             found.setdefault(named.phys_offset, named)
     return sorted(found.values(), key=lambda m: (m.store_timestamp, m.phys_offset))
 
 
-def by_queue_offset(store: MessageStore, topic: str, queue_id: int, queue_offset: int) -> StoredMessage:
+def by_queue_offset(source: Source, topic: str, queue_id: int, queue_offset: int,
+                    broker: str | None = None) -> StoredMessage:
     topics.validate_topic(topic)
     try:
-        return store.get_by_queue_offset(topic, queue_id, queue_offset)
+        return backend_of(source).read_at(topic, queue_id, queue_offset, broker)
     except MessageNotFoundError as exc:
         raise NotFoundError(str(exc)) from None
 
 
-def _query_all(store: MessageStore, key: str, topic: str | None, begin: int, end: int, max_results: int,
+def _query_all(source: Source, key: str, topic: str | None, begin: int, end: int, max_results: int,
                unique: bool) -> Found:
     _check_key(key)
-    searched = _topics_to_search(store, topic)
-    found: list[StoredMessage] = []
-    truncated = False
-    for name in searched:
-        query = store.query_by_unique_key if unique else store.query_by_key
-        result = query(name, key, begin, end, max_results)
-        found.extend(result.messages)
-        truncated |= result.truncated
-    found.sort(key=lambda m: (m.store_timestamp, m.phys_offset), reverse=True)
-    if len(found) > max_results:
-        found, truncated = found[:max_results], True
-    return Found(found, truncated, searched)
+    backend = backend_of(source)
+    matches = backend.query_key(key, _topics_to_search(backend, topic), begin, end, max_results, unique)
+    return Found(matches.messages, matches.truncated, matches.searched_topics, problems=matches.problems)
 
 
-def by_key(store: MessageStore, key: str, topic: str | None = None, begin: int = 0, end: int = FAR_FUTURE_MS,
+def by_key(source: Source, key: str, topic: str | None = None, begin: int = 0, end: int = FAR_FUTURE_MS,
            max_results: int = DEFAULT_QUERY_MAX) -> Found:
     """Messages whose KEYS hold `key`, newest first."""
-    return _query_all(store, key, topic, begin, end, max_results, unique=False)
+    return _query_all(source, key, topic, begin, end, max_results, unique=False)
 
 
-def by_unique_key(store: MessageStore, unique_key: str, topic: str | None = None, begin: int = 0,
+def by_unique_key(source: Source, unique_key: str, topic: str | None = None, begin: int = 0,
                   end: int = FAR_FUTURE_MS, max_results: int = DEFAULT_QUERY_MAX) -> Found:
     """Every copy with this UNIQ_KEY (original, scheduled, retry, dead letter), newest first."""
-    return _query_all(store, unique_key, topic, begin, end, max_results, unique=True)
+    return _query_all(source, unique_key, topic, begin, end, max_results, unique=True)
 
 
-def search(store: MessageStore, query: str, topic: str | None = None, begin: int = 0, end: int = FAR_FUTURE_MS,
+def search(source: Source, query: str, topic: str | None = None, begin: int = 0, end: int = FAR_FUTURE_MS,
            max_results: int = DEFAULT_QUERY_MAX) -> Found:
     """One search box: `topic:queue:offset`, an offset message id, a unique key or a business key."""
     text = (query or "").strip()
@@ -131,17 +127,17 @@ def search(store: MessageStore, query: str, topic: str | None = None, begin: int
         raise InvalidRequestError("type an offset message id, a unique key, a key or topic:queue:offset")
     address = QUEUE_ADDRESS.fullmatch(text)
     if address:
-        msg = by_queue_offset(store, address["topic"], int(address["queue"]), int(address["offset"]))
+        msg = by_queue_offset(source, address["topic"], int(address["queue"]), int(address["offset"]))
         return Found([msg], False, [address["topic"]], "queue offset")
     if HEX_ID.fullmatch(text):
         try:
-            return Found([by_offset_id(store, text)], False, [], "offset message id")
+            return Found([by_offset_id(source, text)], False, [], "offset message id")
         except (InvalidRequestError, NotFoundError):
             pass  # a unique key has the same shape
-        copies = by_unique_key(store, text.upper(), topic, begin, end, max_results)
+        copies = by_unique_key(source, text.upper(), topic, begin, end, max_results)
         if copies.messages:
             copies.recognised_as = "unique key"
             return copies
-    found = by_key(store, text, topic, begin, end, max_results)
+    found = by_key(source, text, topic, begin, end, max_results)
     found.recognised_as = "key"
     return found

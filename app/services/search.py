@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from app.services import lookup
 from app.services.errors import InvalidRequestError
 from store.format.codec import StoredMessage
-from store.message_store import FAR_FUTURE_MS, MAX_QUERY_RESULTS, MessageStore
+from store.message_store import FAR_FUTURE_MS, MAX_QUERY_RESULTS
 
 # Where the next page starts: below (store time, commit log offset) of the last message shown,
 # and how many messages of that same millisecond have been shown so far.
@@ -42,9 +42,10 @@ class SearchPage:
     next_cursor: str | None = None
     searched_topics: list[str] = field(default_factory=list)
     recognised_as: str | None = None
+    problems: list[str] = field(default_factory=list)  # on a cluster: brokers that did not answer, and why
 
 
-def search_page(store: MessageStore, q: str, topic: str | None, begin: int | None, end: int | None,
+def search_page(source: lookup.Source, q: str, topic: str | None, begin: int | None, end: int | None,
                 max_results: int, cursor: Cursor | None) -> SearchPage:
     window_end = end if end is not None else FAR_FUTURE_MS
     if cursor is not None:
@@ -52,7 +53,7 @@ def search_page(store: MessageStore, q: str, topic: str | None, begin: int | Non
     # One more than a page tells whether there is a next page; the window still holds the
     # messages of the cursor's millisecond that were shown already.
     ask = min(MAX_QUERY_RESULTS, max_results + 1 + (cursor.shown_in_ms if cursor else 0))
-    found = lookup.search(store, q, topic or None, begin or 0, window_end, ask)
+    found = lookup.search(source, q, topic or None, begin or 0, window_end, ask)
     messages = found.messages
     if cursor is not None:
         below = (cursor.store_timestamp, cursor.phys_offset)
@@ -66,4 +67,5 @@ def search_page(store: MessageStore, q: str, topic: str | None, begin: int | Non
         if cursor is not None and cursor.store_timestamp == last.store_timestamp:
             shown += cursor.shown_in_ms
         next_cursor = str(Cursor(last.store_timestamp, last.phys_offset, shown))
-    return SearchPage(page, more, next_cursor, found.searched_topics, found.recognised_as)
+    return SearchPage(page, more, next_cursor, found.searched_topics, found.recognised_as,
+                      found.problems)

@@ -11,6 +11,15 @@ from cluster.remoting.namesrv import NameServerAdmin
 from store.format import codec
 
 END_OF_TIME_MS = 2**63 - 1
+BROKER_QUERY_MAX = 64  # a 4.x broker answers at most this many records to one QUERY_MESSAGE (maxMsgsNumBatch)
+
+
+def key_matches(message: codec.StoredMessage, topic: str, key: str, unique_key: bool) -> bool:
+    """Whether a record the index gave is really of topic#key (the index keeps hashes: collisions
+    come back too, and mqadmin drops them)."""
+    if message.topic != topic:
+        return False
+    return message.unique_key == key if unique_key else key in message.keys
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ async def query_by_key(namesrv: NameServerAdmin, broker: BrokerAdmin, topic: str
     collisions dropped, as mqadmin queryMsgByKey drops them). A broker that fails is named."""
     found = await _ask_every_broker(namesrv, broker, topic, key, unique_key=False, max_num=max_num,
                                     begin_ms=begin_ms, end_ms=end_ms)
-    return KeyLookup([m for m in found.messages if m.topic == topic and key in m.keys], found.failed_brokers)
+    return KeyLookup([m for m in found.messages if key_matches(m, topic, key, False)], found.failed_brokers)
 
 
 async def query_by_unique_key(namesrv: NameServerAdmin, broker: BrokerAdmin, topic: str, unique_key: str, *,
@@ -56,5 +65,5 @@ async def query_by_unique_key(namesrv: NameServerAdmin, broker: BrokerAdmin, top
     """Every copy of `topic` holding the unique key, oldest first (mqadmin keeps only the oldest)."""
     found = await _ask_every_broker(namesrv, broker, topic, unique_key, unique_key=True, max_num=32,
                                     begin_ms=begin_ms, end_ms=end_ms)
-    copies = [m for m in found.messages if m.topic == topic and m.unique_key == unique_key]
+    copies = [m for m in found.messages if key_matches(m, topic, unique_key, True)]
     return KeyLookup(sorted(copies, key=lambda m: m.store_timestamp), found.failed_brokers)
