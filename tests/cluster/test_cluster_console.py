@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import orjson
+import pytest
 from fastapi.routing import APIRoute
 
 from app.config import Settings
@@ -21,6 +22,8 @@ from tests.cluster.fake_server import Peer, fake_server_thread
 from tests.cluster.test_remoting_fixture import consumer_progress_rows, unique
 from tests.cluster.test_remoting_fixture_stats import consumer_connection_parts
 from tests.live_server import LiveServer, free_port, wait_until
+
+pytestmark = pytest.mark.slow  # a real RocketMQ cluster: handed out first
 
 HTML = {"Accept": "text/html"}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import orjson
+import pytest
 
 from cluster.remoting.codes import RequestCode, ResponseCode
 from cluster.remoting.command import RemotingCommand, response_to
@@ -14,6 +15,8 @@ from tests.cluster.console import console_on
 from tests.cluster.fake_server import Peer, fake_server_thread
 from tests.cluster.test_remoting_fixture import query_msg_by_id_fields, query_msg_by_key_rows, unique
 from tests.live_server import LiveServer, free_port, wait_until
+
+pytestmark = pytest.mark.slow  # a real RocketMQ cluster: handed out first
 
 HTML = {"Accept": "text/html"}
 

@@ -24,6 +24,8 @@ from tests.cluster.test_remoting_fixture import (
     with_admins,
 )
 
+pytestmark = pytest.mark.slow  # a real RocketMQ cluster: handed out first
+
 
 def table_rows(text: str, header: str) -> list[list[str]]:
     """The whitespace-split rows under the line starting with `header`, up to the first blank line."""
