@@ -332,7 +332,8 @@ class RedriveRunner:
         return True
 
     def _claim(self, job: RedriveJob, want: int) -> list[ResendItem]:
-        """The next queued items, marked pending (and claimed) before the store is asked."""
+        """The next queued items, marked pending (and claimed) before the store is asked. An item
+        no longer queued when it is marked (a cancel skipped it meanwhile) is left alone."""
         with self.sessions() as s:
             batch = list(s.scalars(select(ResendItem).where(ResendItem.job_id == job.id, ResendItem.status == QUEUED)
                                    .order_by(ResendItem.id).limit(want)))
@@ -340,23 +341,25 @@ class RedriveRunner:
             return []
         try:
             with self.sessions.begin() as s:
-                for item in batch:
-                    s.execute(update(ResendItem).where(ResendItem.id == item.id)
-                              .values(status=PENDING, claim=item.dead_letter_id))
-            return batch
+                return [item for item in batch if self._mark_pending(s, item)]
         except IntegrityError:  # another action resent one of them meanwhile: one at a time
             claimed = []
             for item in batch:
                 try:
                     with self.sessions.begin() as s:
-                        s.execute(update(ResendItem).where(ResendItem.id == item.id)
-                                  .values(status=PENDING, claim=item.dead_letter_id))
-                    claimed.append(item)
+                        if self._mark_pending(s, item):
+                            claimed.append(item)
                 except IntegrityError:
                     with self.sessions.begin() as s:
-                        s.execute(update(ResendItem).where(ResendItem.id == item.id)
+                        s.execute(update(ResendItem).where(ResendItem.id == item.id, ResendItem.status == QUEUED)
                                   .values(status=SKIPPED, error="resent by another action meanwhile"))
             return claimed
+
+    @staticmethod
+    def _mark_pending(s: Session, item: ResendItem) -> bool:
+        marked = s.execute(update(ResendItem).where(ResendItem.id == item.id, ResendItem.status == QUEUED)
+                           .values(status=PENDING, claim=item.dead_letter_id))
+        return marked.rowcount == 1
 
     def _resend(self, job: RedriveJob, item: ResendItem) -> tuple[str, str | None, str | None]:
         marks = {ACTION_PROPERTY: str(item.action_id), topics.RESENT_FROM: item.dead_letter_id}

@@ -248,3 +248,30 @@ async def test_a_jobs_items_come_in_pages(api):
     assert all(i in html for i in listed[5:]) and not any(i in html for i in listed[:5])
     report = list(csv.DictReader(io.StringIO((await api.client.get(job["report_url"])).text)))
     assert [row["dead_letter_id"] for row in report] == listed
+
+
+async def test_a_cancel_between_the_runners_choice_and_its_claim_sends_none_of_the_skipped(api):
+    """The runner picks its batch, then marks it pending: items a cancel skipped in between stay
+    skipped and are not sent."""
+    await dead_letters(api, 10)
+    api.app.state.redrive.stop()
+    job = (await api.client.post(JOBS, json={"group": GROUP, "rate_per_s": 1000})).json()["job"]
+
+    class CancelledMeanwhile(RedriveRunner):
+        def _mark_pending(self, s, item):
+            if not getattr(self, "cancelled", False):
+                self.cancelled = True
+                with api.sessions.begin() as other:  # the cancel commits before the claim writes
+                    other.execute(update(RedriveJob).where(RedriveJob.id == job["id"]).values(state="cancelled"))
+                    other.execute(update(ResendItem).where(ResendItem.job_id == job["id"],
+                                                           ResendItem.status == "queued").values(status="skipped"))
+            return super()._mark_pending(s, item)
+
+    pace = PaceClock()
+    runner = CancelledMeanwhile(api.store, api.sessions, api.app.state.clock, pace_clock=pace)
+    runner.step()
+    pace.now += 1
+    runner.step()
+    final = (await api.client.get(f"{JOBS}/{job['id']}")).json()["job"]
+    assert final["counts"] == {"queued": 0, "pending": 0, "ok": 0, "failed": 0, "skipped": 10}
+    assert copies(api) == {}
