@@ -153,19 +153,34 @@ def _cluster_backend(settings: Settings) -> ClusterBackend:
         request_timeout_s=settings.cluster_request_timeout_ms / 1000, deadline_s=settings.cluster_deadline_ms / 1000))
 
 
-def _start_on_cluster(settings: Settings, clock: Clock) -> _Resources:
-    """The operator database and a live cluster's backend; no store, so no store's workers."""
+def _operator_database(settings: Settings, clock: Clock) -> tuple[Engine, sessionmaker[Session], str,
+                                                                 CredentialVerifier]:
+    """The migrated operator database, its accounts set up, and the gRPC front's credential verifier."""
     assert settings.database_url is not None
     migrate(settings.database_url)
     engine = make_engine(settings.database_url)
     try:
         sessions = session_factory(engine)
-        session_secret = _set_up_accounts(settings, sessions, clock)
-        verifier = _client_verifier(settings, sessions, clock)
-        pipeline = PipelineRunner(sessions, clock)
-        for line in pipeline_runs.reconcile_runs(pipeline, sessions, clock):
-            log.info("start-up: %s", line)
-        pipeline.start()
+        return engine, sessions, _set_up_accounts(settings, sessions, clock), _client_verifier(settings, sessions,
+                                                                                             clock)
+    except BaseException:
+        engine.dispose()
+        raise
+
+
+def _started_pipeline(sessions: sessionmaker[Session], clock: Clock) -> PipelineRunner:
+    pipeline = PipelineRunner(sessions, clock)
+    for line in pipeline_runs.reconcile_runs(pipeline, sessions, clock):
+        log.info("start-up: %s", line)
+    pipeline.start()
+    return pipeline
+
+
+def _start_on_cluster(settings: Settings, clock: Clock) -> _Resources:
+    """The operator database and a live cluster's backend; no store, so no store's workers."""
+    engine, sessions, session_secret, verifier = _operator_database(settings, clock)
+    try:
+        pipeline = _started_pipeline(sessions, clock)
     except BaseException:
         engine.dispose()
         raise
@@ -175,13 +190,9 @@ def _start_on_cluster(settings: Settings, clock: Clock) -> _Resources:
 def _start(settings: Settings, clock: Clock) -> _Resources:
     if settings.namesrv is not None:
         return _start_on_cluster(settings, clock)
-    assert settings.database_url is not None and settings.store_dir is not None
-    migrate(settings.database_url)
-    engine = make_engine(settings.database_url)
+    assert settings.store_dir is not None
+    engine, sessions, session_secret, verifier = _operator_database(settings, clock)
     try:
-        sessions = session_factory(engine)
-        session_secret = _set_up_accounts(settings, sessions, clock)
-        verifier = _client_verifier(settings, sessions, clock)
         # The delay level table: the store's own file, else the one configured, else inferred.
         # A table the operators recorded that the file lacks (a crash cut its write) is applied
         # after the store opens, from where the log ends, so earlier messages keep theirs.
@@ -194,10 +205,7 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
         raise
     try:
         # Pipeline jobs read the store and write only to the data directory: they run read-only too.
-        pipeline = PipelineRunner(sessions, clock)
-        for line in pipeline_runs.reconcile_runs(pipeline, sessions, clock):
-            log.info("start-up: %s", line)
-        pipeline.start()
+        pipeline = _started_pipeline(sessions, clock)
     except BaseException:
         store.close()
         engine.dispose()

@@ -22,7 +22,7 @@ MAX_QUEUES = 1024
 MAX_GROUP_BYTES = 255  # RocketMQ's own limit: a store it wrote may hold such groups
 MAX_CONSUMING_GROUP_BYTES = topics.MAX_TOPIC_BYTES - len(topics.RETRY_PREFIX)
 GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-DEFAULT_RETRY_MAX_TIMES = 16
+DEFAULT_RETRY_MAX_TIMES = topics.DEFAULT_RETRY_MAX_TIMES
 # Topics of the broker's own machinery RocketMQ creates with one queue (whatever the default).
 SINGLE_QUEUE_TOPICS = frozenset({topics.TIMER_TOPIC, topics.TRANS_HALF_TOPIC, topics.TRANS_OP_HALF_TOPIC,
                                  topics.TRANS_CHECK_MAX_TIME_TOPIC})

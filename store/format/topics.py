@@ -12,6 +12,7 @@ DLQ_PREFIX = "%DLQ%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # messages waiting for an arbitrary delivery time (RocketMQ 5)
 MAX_TOPIC_BYTES = 127
+DEFAULT_RETRY_MAX_TIMES = 16  # a group's maxReconsumeTimes when nobody set it: then its dead-letter topic
 TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 # MessageConst names used by the store and broker logic.
