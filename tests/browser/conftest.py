@@ -6,6 +6,7 @@ when updating the user guide) they are written there instead."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -67,14 +68,15 @@ def sign_in(page, name: str, password: str) -> None:
     expect(page.locator("header .account .who")).to_contain_text(name)
 
 
-@pytest.fixture
-def new_page(browser, server: LiveServer) -> Iterator:
-    """Makes fresh pages (each in its own browser context), none signed in; checks each for script errors."""
+@contextlib.contextmanager
+def page_factory(browser, base_url: str) -> Iterator:
+    """Makes fresh pages on `base_url` (each in its own browser context), none signed in; at the
+    end, a script error or a refused script or style (the CSP) on any of them is a defect."""
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     contexts, errors = [], []
 
     def make(viewport: dict | None = None):
-        context = browser.new_context(base_url=server.base_url, viewport=viewport or VIEWPORT)
+        context = browser.new_context(base_url=base_url, viewport=viewport or VIEWPORT)
         contexts.append(context)
         page = context.new_page()
         page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -86,26 +88,22 @@ def new_page(browser, server: LiveServer) -> Iterator:
     finally:
         for context in contexts:
             context.close()
-    # A script error or a refused script or style (the CSP) is a defect of the page.
     assert not [e for e in errors if not expected_noise(e)], errors
+
+
+@pytest.fixture
+def new_page(browser, server: LiveServer) -> Iterator:
+    with page_factory(browser, server.base_url) as make:
+        yield make
 
 
 @pytest.fixture
 def page(browser, server: LiveServer) -> Iterator:
     """A fresh page signed in as the first admin."""
-    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
-    context = browser.new_context(base_url=server.base_url, viewport=VIEWPORT)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    try:
+    with page_factory(browser, server.base_url) as make:
+        page = make()
         sign_in(page, "admin", ADMIN_PASSWORD)
         yield page
-    finally:
-        context.close()
-    # A script error or a refused script or style (the CSP) is a defect of the page.
-    assert not [e for e in errors if not expected_noise(e)], errors
 
 
 @pytest.fixture

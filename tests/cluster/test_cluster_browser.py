@@ -12,10 +12,8 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import (  # noqa: F401 (fixtures)
     ADMIN_PASSWORD,
-    EXPECT_TIMEOUT_MS,
-    VIEWPORT,
     browser,
-    expected_noise,
+    page_factory,
     save_screenshot,
     screenshots,
     sign_in,
@@ -27,19 +25,11 @@ from tests.cluster.test_remoting_fixture import unique
 @pytest.fixture
 def cluster_page(browser, rocketmq, tmp_path) -> Iterator:  # noqa: F811
     """A page signed in as the first admin of a console attached to the fixture."""
-    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
-    with console_on(rocketmq, tmp_path, {"admin_password": ADMIN_PASSWORD}) as server:
-        context = browser.new_context(base_url=server.base_url, viewport=VIEWPORT)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        try:
-            sign_in(page, "admin", ADMIN_PASSWORD)
-            yield page
-        finally:
-            context.close()
-        assert not [e for e in errors if not expected_noise(e)], errors
+    with console_on(rocketmq, tmp_path, {"admin_password": ADMIN_PASSWORD}) as server, \
+            page_factory(browser, server.base_url) as make:
+        page = make()
+        sign_in(page, "admin", ADMIN_PASSWORD)
+        yield page
 
 
 def test_an_operator_sees_the_cluster_its_topics_and_a_groups_lag(cluster_page, rocketmq, screenshots):  # noqa: F811
