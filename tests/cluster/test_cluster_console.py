@@ -19,23 +19,14 @@ from cluster.remoting.command import RemotingCommand, response_to
 from cluster.remoting.fastjson import loads_fastjson
 from tests.cluster.console import console_on
 from tests.cluster.fake_server import Peer, fake_server_thread
-from tests.cluster.test_remoting_fixture import consumer_progress_rows, unique
+from tests.cluster.mqadmin_tables import cluster_list, consumer_progress_rows, topic_status_rows
+from tests.cluster.test_remoting_fixture import unique
 from tests.cluster.test_remoting_fixture_stats import consumer_connection_parts
 from tests.live_server import LiveServer, free_port, wait_until
 
 pytestmark = pytest.mark.slow  # a real RocketMQ cluster: handed out first
 
 HTML = {"Accept": "text/html"}
-
-
-def cluster_list(mqadmin_output: str) -> list[tuple[str, str, int, str, str]]:
-    """(cluster, broker, broker id, address, version) rows of `mqadmin clusterList`."""
-    rows = []
-    for line in mqadmin_output.splitlines():
-        fields = line.split()
-        if len(fields) >= 5 and not line.startswith("#") and fields[2].isdigit():
-            rows.append((fields[0], fields[1], int(fields[2]), fields[3], fields[4]))
-    return sorted(rows)
 
 
 def test_the_cluster_api_and_page_show_what_mqadmin_cluster_list_shows(rocketmq, tmp_path):
@@ -148,16 +139,6 @@ def test_no_route_answers_5xx_on_a_cluster(tmp_path):
                         failures.append(f"{method} {path} {headers}: {r.status_code} {r.text[:200]}")
         assert failures == [], "\n".join(failures)
         assert "Traceback" not in server.log_text()
-
-
-def topic_status_rows(text: str) -> dict[tuple[str, int], tuple[int, int]]:
-    """(broker, queue id) -> (min offset, max offset) of `mqadmin topicStatus`."""
-    rows = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and not line.startswith("#") and parts[1].isdigit():
-            rows[(parts[0], int(parts[1]))] = (int(parts[2]), int(parts[3]))
-    return rows
 
 
 def test_topics_on_a_cluster_equal_mqadmin_topic_list_route_and_status(rocketmq, tmp_path):

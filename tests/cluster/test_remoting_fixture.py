@@ -21,6 +21,7 @@ from cluster.remoting.frame import FRAME_LENGTH, decode_frame, encode_frame
 from cluster.remoting.header_json import decode_json_header
 from cluster.remoting.lookups import query_by_key, query_by_unique_key
 from cluster.remoting.namesrv import NameServerAdmin, TopicNotFound
+from tests.cluster.mqadmin_tables import cluster_list, consumer_progress_rows
 from tests.cluster.rocketmq_fixture import FAST_DELAY_LEVELS, RocketMQFixture
 
 BROKER = "127.0.0.1:10911"
@@ -109,15 +110,6 @@ def test_binary_frames_from_the_broker_re_encode_to_the_same_bytes(rocketmq):
 
 # ---------------------------------------------------------------- admin calls against mqadmin
 
-def cluster_list_rows(text: str) -> list[tuple[str, str, int, str, str]]:
-    rows = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 5 and not line.startswith("#") and parts[2].isdigit():
-            rows.append((parts[0], parts[1], int(parts[2]), parts[3], parts[4]))
-    return rows
-
-
 @pytest.mark.parametrize("serialize_type", list(SerializeType))
 def test_cluster_info_and_runtime_info_match_cluster_list(rocketmq, serialize_type):
     async def body(namesrv: NameServerAdmin, broker: BrokerAdmin):
@@ -129,7 +121,7 @@ def test_cluster_info_and_runtime_info_match_cluster_list(rocketmq, serialize_ty
     info, versions = with_admins(rocketmq, body, serialize_type)
     ours = sorted((data.cluster, name, broker_id, addr, versions[addr])
                   for name, data in info.brokers.items() for broker_id, addr in data.addresses.items())
-    assert ours == sorted(cluster_list_rows(rocketmq.mqadmin("clusterList")))
+    assert ours == cluster_list(rocketmq.mqadmin("clusterList"))
     assert info.clusters == {"DefaultCluster": ["broker-a"]}
     assert info.brokers["broker-a"].master_address == BROKER
 
@@ -249,15 +241,6 @@ def test_query_by_key_matches_query_msg_by_key(rocketmq):
 async def _found(lookup):
     result = await lookup
     return result if result.messages else None
-
-
-def consumer_progress_rows(text: str) -> dict[tuple[str, str, int], tuple[int, int]]:
-    rows = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 6 and not line.startswith("#") and parts[2].isdigit():
-            rows[(parts[0], parts[1], int(parts[2]))] = (int(parts[3]), int(parts[4]))
-    return rows
 
 
 def test_consume_stats_match_consumer_progress(rocketmq):

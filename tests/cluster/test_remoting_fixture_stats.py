@@ -15,9 +15,9 @@ import pytest
 from cluster.remoting.broker import CONSOLE_GROUP, BrokerAdmin, TopicNotOnBroker
 from cluster.remoting.codes import ResponseCode
 from cluster.remoting.namesrv import NameServerAdmin
+from tests.cluster.mqadmin_tables import consumer_progress_rows
 from tests.cluster.test_remoting_fixture import (
     BROKER,
-    consumer_progress_rows,
     eventually,
     query_msg_by_id_fields,
     unique,
