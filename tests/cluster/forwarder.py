@@ -41,6 +41,8 @@ class Forwarder:
             except OSError:
                 client.close()
                 continue
+            for end in (client, upstream):  # each write goes on at once: no Nagle wait on a small answer
+                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 if self._closed:
                     client.close()
