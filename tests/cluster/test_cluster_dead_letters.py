@@ -7,20 +7,17 @@ from __future__ import annotations
 import time
 
 import httpx
-import orjson
 import pytest
 
 from cluster.remoting.broker import CONSOLE_GROUP, BrokerAdmin
-from cluster.remoting.codes import RequestCode, ResponseCode
-from cluster.remoting.command import RemotingCommand, response_to
+from cluster.remoting.command import RemotingCommand
 from cluster.remoting.errors import ResponseError
 from cluster.remoting.namesrv import NameServerAdmin
 from store.format.hosts import HostAddress
 from store.format.ids import create_offset_msg_id
 from tests.cluster.console import console_on
-from tests.cluster.fake_server import Peer, fake_server_thread
+from tests.cluster.fake_server import Peer, fake_server_thread, name_server_of
 from tests.cluster.test_cluster_console import topic_status_rows
-from tests.cluster.test_cluster_lookups import route
 from tests.cluster.test_remoting_fixture import consumer_progress_rows, query_msg_by_id_fields, unique, with_admins
 from tests.live_server import LiveServer, free_port, wait_until
 
@@ -122,6 +119,9 @@ def test_the_inbox_lists_the_dead_letters_and_one_click_resends_one_to_the_faile
         assert (copy["topic"], copy["unique_key"], copy["reconsume_times"]) == (retry, chosen["unique_key"], 0)
         assert copy["properties"]["RETRY_TOPIC"] == topic and "DELAY" not in copy["properties"]
         assert copy["properties"]["MQLENS_RESENT_FROM"] == chosen["offset_msg_id"]
+        dead = admin.get(f"/api/messages/by-id/{chosen['offset_msg_id']}").json()["message"]
+        assert copy["properties"]["ORIGIN_MESSAGE_ID"] == dead["properties"]["ORIGIN_MESSAGE_ID"]
+        assert (copy["keys"], copy["tags"], copy["body_text"]) == (dead["keys"], dead["tags"], dead["body_text"])
 
         out = rocketmq.run("consume", group, topic, "1", "60")
         assert "distinctKeys=1 deliveries=1 done=true" in out, out
@@ -155,20 +155,7 @@ def test_a_broker_that_does_not_answer_is_named_by_the_inbox_within_the_deadline
     with fake_server_thread(silent) as dead:
         brokers = {"broker-x": dead}
 
-        async def name_server(peer: Peer, cmd: RemotingCommand) -> None:
-            answer = response_to(cmd, ResponseCode.SUCCESS)
-            if cmd.code == RequestCode.GET_BROKER_CLUSTER_INFO:
-                answer.body = orjson.dumps({
-                    "brokerAddrTable": {n: {"cluster": "C", "brokerName": n, "brokerAddrs": {"0": a}}
-                                        for n, a in brokers.items()},
-                    "clusterAddrTable": {"C": sorted(brokers)}})
-            elif cmd.code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
-                answer.body = orjson.dumps({"topicList": ["Orders", f"%DLQ%{group}"]})
-            elif cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-                answer.body = route(cmd.ext_fields["topic"], brokers)
-            await peer.send(answer)
-
-        with fake_server_thread(name_server, namesrv_port), \
+        with fake_server_thread(name_server_of(brokers, ["Orders", f"%DLQ%{group}"]), namesrv_port), \
                 LiveServer(tmp_path / "data", tmp_path / "server.log", settings) as server, server.client() as client:
             server.start()
             for url in (f"/api/dlq/{group}/messages", "/api/dlq/messages"):
