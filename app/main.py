@@ -85,7 +85,7 @@ from app.services.rates import RateSampler
 from app.services.redrive import RedriveRunner
 from app.twin import JsonTwinMiddleware
 from backend.embedded import EmbeddedBackend
-from backend.protocol import Backend
+from backend.protocol import Backend, BackendUnavailable
 from cluster.backend import ClusterBackend, ClusterSettings
 from store.clock import Clock, SystemClock
 from store.errors import DiskFullError
@@ -184,7 +184,13 @@ def _start_on_cluster(settings: Settings, clock: Clock) -> _Resources:
     except BaseException:
         engine.dispose()
         raise
-    return _Resources(engine, sessions, None, _cluster_backend(settings), session_secret, verifier, pipeline)
+    backend = _cluster_backend(settings)
+    try:
+        for line in resend_service.reconcile_resends(backend, sessions):
+            log.info("start-up: %s", line)
+    except BackendUnavailable as exc:
+        log.warning("start-up: resends a crash left pending stay pending (the next start settles them): %s", exc)
+    return _Resources(engine, sessions, None, backend, session_secret, verifier, pipeline)
 
 
 def _start(settings: Settings, clock: Clock) -> _Resources:

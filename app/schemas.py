@@ -782,7 +782,11 @@ class DeadLettersResponse(BaseModel):
     total: int = Field(description="Dead letters matching the filter.")
     counts: dict[str, int] = Field(description="Per state, among those matching the other filters.")
     oldest_waiting_ms: int | None
-    truncated: bool = Field(description="True: the store holds more dead letters than one request looks at.")
+    truncated: bool = Field(description="True: the store holds more dead letters than one request looks at "
+                            "(on a live cluster: total counts every dead letter held, not only those the filter "
+                            "matches).")
+    complete: bool = Field(True, description="False: some broker of a live cluster did not answer (problems).")
+    problems: list[str] = Field(default_factory=list, description="Brokers that did not answer, and why.")
 
 
 # -- redrive jobs ------------------------------------------------------------------------------

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from backend.embedded_groups import group_rows, lags, queue_bounds
 from backend.protocol import (
+    BackendRefused,
     BackendView,
     BrokerView,
     ClusterView,
+    DeadLetterPage,
+    DeadLetterWindow,
     GroupList,
     GroupProgress,
     GroupSummary,
@@ -125,6 +128,34 @@ class EmbeddedBackend:
             raise MessageNotFoundError(f"no broker {broker}: the embedded store is broker {EMBEDDED_BROKER}")
         return self.store.get_by_queue_offset(topic, queue_id, queue_offset)
 
+
+    # -- dead letters
+    def dead_letter_page(self, group: str | None, window: DeadLetterWindow, before: tuple[int, int] | None,
+                         limit: int) -> DeadLetterPage:
+        raise BackendRefused("the embedded store's inbox reads its dead-letter index (app.services.dead_letters)")
+
+    def resend_dead_letter(self, dead: StoredMessage, actor: str | None, *, topic: str,
+                           marks: dict[str, str] | None = None, unique_key: str | None = None,
+                           body: bytes | None = None, property_changes: dict[str, str | None] | None = None) -> str:
+        return self.store.resend_dead_letter(dead.phys_offset, actor, topic=topic, marks=marks, unique_key=unique_key,
+                                             body=body, property_changes=property_changes).offset_msg_id
+
+    def retry_route(self, group: str, origin: str | None) -> str:
+        """The pop retry topic for a group that receives the topic by pop, else the group's %RETRY% topic."""
+        if origin and self.store.pops(group, origin):
+            return topics.pop_retry_topic(group, origin)
+        return topics.retry_topic(group)
+
+    def new_unique_key(self) -> str:
+        return self.store.new_unique_key()
+
+    def copy_state(self, group: str, offset_msg_id: str) -> str:
+        try:
+            copy = self.store.get_by_offset_id(offset_msg_id)
+        except StoreError:
+            return "unknown"
+        committed = self.store.offsets.get(copy.topic, group, copy.queue_id)
+        return "consumed" if committed is not None and committed > copy.queue_offset else "pending"
 
 def _group_view(config: GroupConfig, configured: bool) -> GroupView:
     return GroupView(config.name, config.max_reconsume_times, config.consume_mode, config.message_model,

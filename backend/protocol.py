@@ -185,6 +185,27 @@ class KeyMatches:
     problems: list[str] = field(default_factory=list)  # brokers or topics that did not answer, and why
 
 
+# -- dead letters
+@dataclass(frozen=True)
+class DeadLetterWindow:
+    """Which dead letters a page reads: stored in [begin_ms, end_ms], with this tag, whose keys or
+    unique key are this key."""
+
+    begin_ms: int = 0
+    end_ms: int | None = None
+    tag: str | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetterPage:
+    messages: list[StoredMessage]  # newest first: by store time, then commit log offset
+    next_position: tuple[int, int] | None  # (store time, commit log offset) the next page reads below
+    held: int  # dead letters in the topics read, before the window (with a key: the matches found)
+    problems: list[str] = field(default_factory=list)  # brokers that did not answer, and why
+    whole: bool = False  # every dead letter of the window from `before` on is in this page
+
+
 class Backend(Protocol):
     kind: BackendKind
 
@@ -247,4 +268,32 @@ class Backend(Protocol):
     def read_at(self, topic: str, queue_id: int, queue_offset: int, broker: str | None = None) -> StoredMessage:
         """The message at one queue offset (of `broker`'s queue on a cluster); MessageNotFoundError
         when none is there, BackendRefused when the queue is on several brokers and none was named."""
+        ...
+
+    # -- dead letters
+    def dead_letter_page(self, group: str | None, window: DeadLetterWindow, before: tuple[int, int] | None,
+                         limit: int) -> DeadLetterPage:
+        """The dead letters of the group's %DLQ% topic (every group's when None) in the window and older
+        than `before`, newest first, at most `limit`, read without moving any group's offset. The
+        embedded store's inbox reads its dead-letter index instead (app.services.dead_letters)."""
+        ...
+
+    def resend_dead_letter(self, dead: StoredMessage, actor: str | None, *, topic: str,
+                           marks: dict[str, str] | None = None, unique_key: str | None = None,
+                           body: bytes | None = None, property_changes: dict[str, str | None] | None = None) -> str:
+        """Put the dead letter's fresh copy (store.format.resend_plan) on `topic`; the copy's offset
+        message id. InvalidMessageError when it cannot go there; BackendUnavailable when it is not
+        known whether it went."""
+        ...
+
+    def retry_route(self, group: str, origin: str | None) -> str:
+        """The retry topic a message of `origin` takes back to `group` only."""
+        ...
+
+    def new_unique_key(self) -> str:
+        """A fresh unique key in RocketMQ's client form, for a dead letter that has none."""
+        ...
+
+    def copy_state(self, group: str, offset_msg_id: str) -> str:
+        """What became of a resent copy for its group: consumed, pending or unknown (gone)."""
         ...

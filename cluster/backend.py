@@ -18,6 +18,8 @@ from typing import TypeVar
 from backend.protocol import (
     BackendUnavailable,
     BackendView,
+    DeadLetterPage,
+    DeadLetterWindow,
     GroupConnections,
     GroupList,
     GroupProgress,
@@ -30,6 +32,7 @@ from backend.protocol import (
 from cluster import overview
 from cluster.calls import within
 from cluster.context import ClusterContext, ClusterSettings
+from cluster.dead_letters import ClusterDeadLetters
 from cluster.group_views import ClusterGroups
 from cluster.message_lookups import ClusterLookups
 from cluster.remoting.acl import AclCredentials
@@ -38,6 +41,7 @@ from cluster.remoting.client import ClientOptions, RemotingClient
 from cluster.remoting.namesrv import NameServerAdmin
 from cluster.topic_views import ClusterTopics
 from store.errors import InvalidIdError
+from store.format import topics
 from store.format.codec import StoredMessage
 
 __all__ = ["ClusterBackend", "ClusterSettings"]
@@ -63,6 +67,7 @@ class ClusterBackend:
         self.topic_views = ClusterTopics(self.ctx)
         self.group_views = ClusterGroups(self.ctx, self.topic_views)
         self.lookups = ClusterLookups(self.ctx)
+        self.dead_letters = ClusterDeadLetters(self.ctx, self.topic_views, self.lookups)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="cluster-io", daemon=True)
         self._thread.start()
@@ -131,3 +136,24 @@ class ClusterBackend:
 
     def read_at(self, topic: str, queue_id: int, queue_offset: int, broker: str | None = None) -> StoredMessage:
         return self.run(lambda: self.lookups.read_at(topic, queue_id, queue_offset, broker))
+
+    # -- dead letters
+    def dead_letter_page(self, group: str | None, window: DeadLetterWindow, before: tuple[int, int] | None,
+                         limit: int) -> DeadLetterPage:
+        return self.run(lambda: self.dead_letters.page(group, window, before, limit))
+
+    def resend_dead_letter(self, dead: StoredMessage, actor: str | None, *, topic: str,
+                           marks: dict[str, str] | None = None, unique_key: str | None = None,
+                           body: bytes | None = None, property_changes: dict[str, str | None] | None = None) -> str:
+        return self.run(lambda: self.dead_letters.resend(dead, topic=topic, marks=marks, unique_key=unique_key,
+                                                         body=body, property_changes=property_changes))
+
+    def retry_route(self, group: str, origin: str | None) -> str:
+        """A 4.x broker knows no pop consumers: a group's retries always go through %RETRY%group."""
+        return topics.retry_topic(group)
+
+    def new_unique_key(self) -> str:
+        return self.dead_letters.new_unique_key()
+
+    def copy_state(self, group: str, offset_msg_id: str) -> str:
+        return self.run(lambda: self.dead_letters.copy_state(group, offset_msg_id))

@@ -10,17 +10,17 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Request
 
-from app.deps import ClockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClockDep, SessionsDep
 from app.errors import status_for
 from app.pages import RendererDep
 from app.pages.params import as_form_time, optional_int, optional_time_ms
 from app.roles import Permission
 from app.security import READ, Resender
-from app.services import dead_letters
+from app.services import dead_letter_inbox, dead_letters
 from app.services import resend as resend_service
 from app.services.audit import MAX_REASON
 from app.services.dead_letters import MAX_LIMIT, Filter
-from app.services.errors import InvalidRequestError
+from app.services.errors import InvalidRequestError, NotOnThisBackendError
 
 router = APIRouter(include_in_schema=False)
 
@@ -35,9 +35,10 @@ def inbox_filter(begin: str | None, end: str | None, key: str | None, tag: str |
                   (tag or "").strip() or None, (reason or "").strip() or None, (state or "").strip() or None)
 
 
-def _offers(request: Request, group: str | None, wanted: Filter, found: dead_letters.Inbox) -> dict:
+def _offers(request: Request, group: str | None, wanted: Filter, found: dead_letters.Inbox, on_store: bool) -> dict:
     """What the signed-in role may do with what matches, and only when there is something to do:
-    resend all that match (at most its per-action limit), plan a redrive job over the waiting ones."""
+    resend all that match (at most its per-action limit), plan a redrive job over the waiting ones
+    (both on the embedded store only)."""
     principal = getattr(request.state, "principal", None)
 
     def may(permission: Permission) -> bool:
@@ -45,35 +46,36 @@ def _offers(request: Request, group: str | None, wanted: Filter, found: dead_let
 
     limit = resend_service.MAX_IDS if may(Permission.REDRIVE) else request.app.state.settings.resend_limit
     redrivable = found.total if wanted.state else found.counts.get("waiting", 0)
-    return {"resend_all": bool(group) and may(Permission.RESEND) and 0 < found.total <= limit,
+    return {"resend_all": on_store and bool(group) and may(Permission.RESEND) and 0 < found.total <= limit,
             "resend_limit": limit if may(Permission.RESEND) else 0,
-            "redrive": bool(group) and may(Permission.REDRIVE) and redrivable > 0}
+            "redrive": on_store and bool(group) and may(Permission.REDRIVE) and redrivable > 0}
 
 
-def _inbox_page(request: Request, renderer, store, sessions, clock, group: str | None, begin, end, key, tag,
+def _inbox_page(request: Request, renderer, backend, sessions, clock, group: str | None, begin, end, key, tag,
                 reason, state, cursor, limit):
     wanted = inbox_filter(begin, end, key, tag, reason, state)
     size = optional_int(limit, "Per page", low=1, high=MAX_LIMIT) or PAGE_SIZE
-    found = dead_letters.inbox(store, sessions, clock, request.app.state.dead_letters, group, wanted,
+    found = dead_letter_inbox.inbox(backend, sessions, clock, request.app.state.dead_letters, group, wanted,
                                cursor or None, size)
     query = wanted.as_query()
+    on_store = backend.kind == "embedded"
     base = f"/groups/{group}/dead-letters" if group else "/dead-letters"
     rows = []
     for m in found.messages:
         row = vars(m).copy()
         row.pop("phys_offset", None)
-        row["route"] = resend_service.group_route(store, m.group, m.original_topic)
+        row["route"] = resend_service.group_route(backend, m.group, m.original_topic)
         rows.append(row)
     data = {
         "nav": "dead_letters", "group": group, "messages": rows, "total": found.total, "counts": found.counts,
-        "offers": _offers(request, group, wanted, found),
-        "oldest_waiting_ms": found.oldest_waiting_ms, "truncated": found.truncated,
+        "offers": _offers(request, group, wanted, found, on_store), "on_cluster": not on_store,
+        "oldest_waiting_ms": found.oldest_waiting_ms, "truncated": found.truncated, "problems": found.problems,
         "now_ms": clock.now_ms(),
         "next_url": f"{base}?" + urlencode({**query, "cursor": found.next_cursor, "limit": size})
         if found.next_cursor else None,
         "first_url": f"{base}?" + urlencode({**query, "limit": size}) if cursor else None,
         "export": {kind: f"/api/dlq/{group}/messages.{kind}?" + urlencode(query) for kind in ("csv", "ndjson")}
-        if group else None,
+        if group and on_store else None,
         "form": {"begin": as_form_time(wanted.begin or None), "end": as_form_time(wanted.end), "key": key or "",
                  "tag": tag or "", "reason": reason or "", "state": state or "", "limit": size},
         "filter": query, "states": dead_letters.STATES, "click_key": secrets.token_urlsafe(16),
@@ -82,20 +84,20 @@ def _inbox_page(request: Request, renderer, store, sessions, clock, group: str |
 
 
 @router.get("/dead-letters", dependencies=[READ])
-def every_group(request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep, renderer: RendererDep,
+def every_group(request: Request, backend: BackendDep, sessions: SessionsDep, clock: ClockDep, renderer: RendererDep,
                 begin: str | None = None, end: str | None = None, key: str | None = None, tag: str | None = None,
                 reason: str | None = None, state: str | None = None, cursor: str | None = None,
                 limit: str | None = None):
-    return _inbox_page(request, renderer, store, sessions, clock, None, begin, end, key, tag, reason, state, cursor,
+    return _inbox_page(request, renderer, backend, sessions, clock, None, begin, end, key, tag, reason, state, cursor,
                        limit)
 
 
 @router.get("/groups/{group}/dead-letters", dependencies=[READ])
-def one_group(group: str, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+def one_group(group: str, request: Request, backend: BackendDep, sessions: SessionsDep, clock: ClockDep,
               renderer: RendererDep, begin: str | None = None, end: str | None = None, key: str | None = None,
               tag: str | None = None, reason: str | None = None, state: str | None = None,
               cursor: str | None = None, limit: str | None = None):
-    return _inbox_page(request, renderer, store, sessions, clock, group, begin, end, key, tag, reason, state, cursor,
+    return _inbox_page(request, renderer, backend, sessions, clock, group, begin, end, key, tag, reason, state, cursor,
                        limit)
 
 
@@ -136,7 +138,7 @@ def _sentence(count: int, group: str, destination: object, routes: set[str]) -> 
 
 
 @router.post("/dead-letters/resend")
-def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep, renderer: RendererDep,
+def resend(request: Request, backend: BackendDep, sessions: SessionsDep, clock: ClockDep, renderer: RendererDep,
            actor: Resender, group: Annotated[str, Form(max_length=255)],
            message_id: Annotated[list[str] | None, Form(max_length=255)] = None,
            destination: Annotated[str, Form(max_length=16)] = "group",
@@ -156,12 +158,16 @@ def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: Cloc
     if edit:
         if not message_id or len(message_id) != 1:
             raise InvalidRequestError("edit one dead letter at a time")
-        dead = resend_service.find_dead_letter(store, group, message_id[0])
+        dead = resend_service.find_dead_letter(backend, group, message_id[0])
         changes = resend_service.Edit(None if edit_body is None else edit_body.replace("\r\n", "\n").encode("utf-8"),
                                       _property_changes(dead, edit_properties or ""))
     settings = request.app.state.settings
     if all_matching:
         wanted = inbox_filter(begin, end, key, tag, reason_filter, state)
+        store = dead_letter_inbox.embedded_store(backend)
+        if store is None:
+            raise NotOnThisBackendError("resending all that match needs the embedded store: on a live cluster "
+                                        "select the dead letters to resend")
         ids = dead_letters.matching_ids(store, sessions, clock, request.app.state.dead_letters, group, wanted)
         if len(ids) > resend_service.MAX_IDS:
             raise InvalidRequestError(f"{len(ids)} dead letters match: at most {resend_service.MAX_IDS} at once "
@@ -175,7 +181,7 @@ def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: Cloc
              "back_url": back, "edit": {"on": edit, "body": edit_body, "properties": edit_properties or ""}}
     if not confirm:
         try:
-            plan = resend_service.resend(store, sessions, clock, group, ids, actor=actor, destination=chosen,
+            plan = resend_service.resend(backend, sessions, clock, group, ids, actor=actor, destination=chosen,
                                          dry_run=True, reason=reason, force=force, limit=settings.resend_limit,
                                          edit=changes)
         except resend_service.AlreadyResentError as exc:
@@ -188,7 +194,7 @@ def resend(request: Request, store: StoreDep, sessions: SessionsDep, clock: Cloc
                 "edit": {"on": edit, "body": edit_body, "properties": edit_properties or "", "diff": plan.diff}}
         return renderer.page(request, "dead_letters/confirm.html", data)
     try:
-        done = resend_service.resend(store, sessions, clock, group, ids, actor=actor, destination=chosen,
+        done = resend_service.resend(backend, sessions, clock, group, ids, actor=actor, destination=chosen,
                                      reason=reason, force=force, idempotency_key=idempotency_key or None,
                                      limit=settings.resend_limit, edit=changes)
     except resend_service.AlreadyResentError as exc:

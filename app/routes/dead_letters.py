@@ -13,12 +13,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
-from app.deps import ClockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClockDep, SessionsDep, StoreDep
 from app.params import GroupPath
 from app.routes import error_responses
 from app.schemas import DeadLettersResponse
 from app.security import READ
-from app.services import dead_letters
+from app.services import dead_letter_inbox, dead_letters
 from app.services.dead_letters import MAX_LIMIT, DeadLetter, Filter
 
 router = APIRouter(tags=["dead letters"], dependencies=[READ])
@@ -49,23 +49,27 @@ Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
 def _answer(found: dead_letters.Inbox) -> dict:
     return {"ok": True, "group": found.group, "messages": [asdict(m) for m in found.messages],
             "next_cursor": found.next_cursor, "total": found.total, "counts": found.counts,
-            "oldest_waiting_ms": found.oldest_waiting_ms, "truncated": found.truncated}
+            "oldest_waiting_ms": found.oldest_waiting_ms, "truncated": found.truncated,
+            "complete": not found.problems, "problems": found.problems}
 
 
 @router.get("/api/dlq/messages", response_model=DeadLettersResponse, responses=error_responses(400, 422))
-def every_group(request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep, wanted: FilterDep,
+def every_group(request: Request, backend: BackendDep, sessions: SessionsDep, clock: ClockDep, wanted: FilterDep,
                 cursor: Cursor = None, limit: Limit = 50) -> dict:
     """Dead letters of every group, newest first."""
-    return _answer(dead_letters.inbox(store, sessions, clock, request.app.state.dead_letters, None, wanted,
+    return _answer(dead_letter_inbox.inbox(backend, sessions, clock, request.app.state.dead_letters, None, wanted,
                                       cursor, limit))
 
 
 @router.get("/api/dlq/{group}/messages", response_model=DeadLettersResponse, responses=error_responses(400, 404, 422))
-def one_group(group: GroupPath, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+def one_group(group: GroupPath, request: Request, backend: BackendDep, sessions: SessionsDep, clock: ClockDep,
               wanted: FilterDep, cursor: Cursor = None, limit: Limit = 50) -> dict:
     """A group's dead letters, newest first, with why each failed, when retention deletes it and
-    what became of a resend. An unknown group is a 404."""
-    return _answer(dead_letters.inbox(store, sessions, clock, request.app.state.dead_letters, group, wanted,
+    what became of a resend. An unknown group is a 404. On a live cluster the queues are read
+    from the brokers a page at a time: the reason and state filters need the embedded store (400),
+    `total` counts every dead letter held (`truncated`: an upper bound of those the filter matches),
+    and brokers that did not answer are named in `problems` (`complete`: false)."""
+    return _answer(dead_letter_inbox.inbox(backend, sessions, clock, request.app.state.dead_letters, group, wanted,
                                       cursor, limit))
 
 

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Header, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 
-from app.deps import ClockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClockDep, SessionsDep
 from app.errors import status_for
 from app.params import GroupPath, OffsetMsgIdPath
 from app.routes import error_responses
@@ -40,7 +40,7 @@ def _destination(value) -> object:
 
 @router.post("/api/messages/{offset_msg_id}/resend", response_model=ResendResponse,
              responses=error_responses(400, 404, 409, 422, 429))
-def resend_one(offset_msg_id: OffsetMsgIdPath, request: Request, store: StoreDep, sessions: SessionsDep,
+def resend_one(offset_msg_id: OffsetMsgIdPath, request: Request, backend: BackendDep, sessions: SessionsDep,
                clock: ClockDep, actor: Resender, idempotency_key: IdempotencyKey = None,
                body: SingleResendRequest | None = None) -> ResendResponse:
     """Resend one dead letter (a message of a %DLQ% topic, by offset message id) as a fresh
@@ -48,8 +48,8 @@ def resend_one(offset_msg_id: OffsetMsgIdPath, request: Request, store: StoreDep
     through its retry topic. A dead letter resent already is refused with 409 unless `force`
     with a reason. Audited: the audit entry is written before the resend, its outcome after."""
     body = body or SingleResendRequest()
-    dead = service.find_dead_letter(store, None, offset_msg_id)  # malformed: 400; nothing there: 404
-    done = service.resend(store, sessions, clock, None, [dead.offset_msg_id], actor=actor,
+    dead = service.find_dead_letter(backend, None, offset_msg_id)  # malformed: 400; nothing there: 404
+    done = service.resend(backend, sessions, clock, None, [dead.offset_msg_id], actor=actor,
                           destination=_destination(body.destination), reason=body.reason, force=body.force,
                           idempotency_key=idempotency_key, limit=request.app.state.settings.resend_limit)
     [result] = [r for r in done.results if r.message_id == dead.offset_msg_id] or [None]
@@ -58,7 +58,7 @@ def resend_one(offset_msg_id: OffsetMsgIdPath, request: Request, store: StoreDep
         if result is not None and result.status == service.FAILED:
             raise InvalidRequestError(error or "the resend failed")
         raise ConflictError(error or "the resend is still in progress")
-    copy = store.get_by_offset_id(result.new_offset_msg_id)
+    copy = backend.read_by_offset_id(result.new_offset_msg_id)
     facts = {name: getattr(copy, name) for name in PutResultOut.model_fields}
     assert done.action_id is not None
     return ResendResponse(action_id=done.action_id, dead_letter=dead.offset_msg_id, destination=copy.topic,
@@ -67,7 +67,7 @@ def resend_one(offset_msg_id: OffsetMsgIdPath, request: Request, store: StoreDep
 
 @router.post("/api/dlq/{group}/resend", response_model=DlqResendResponse,
              responses=error_responses(400, 404, 409, 422, 429))
-def resend_many(group: GroupPath, body: DlqResendRequest, request: Request, store: StoreDep, sessions: SessionsDep,
+def resend_many(group: GroupPath, body: DlqResendRequest, request: Request, backend: BackendDep, sessions: SessionsDep,
                 clock: ClockDep, actor: Resender, idempotency_key: IdempotencyKey = None) -> Response:
     """Resend dead letters of a group, named by offset message id or unique key. A result per
     id, in order: ok (with the new copy's id), failed or not_found (with why), or would_resend
@@ -75,7 +75,7 @@ def resend_many(group: GroupPath, body: DlqResendRequest, request: Request, stor
     404 when no id named a dead letter, else 400, with the same results (and `error`, `status`).
     Dead letters resent already are refused with 409 unless `force` with a reason.
     The support role may resend up to the per-action limit (setting resend_limit) at once."""
-    done = service.resend(store, sessions, clock, group, body.message_ids, actor=actor,
+    done = service.resend(backend, sessions, clock, group, body.message_ids, actor=actor,
                           destination=_destination(body.destination), dry_run=body.dry_run, reason=body.reason,
                           force=body.force, idempotency_key=idempotency_key,
                           limit=request.app.state.settings.resend_limit, edit=_edit(body.edit))

@@ -15,6 +15,7 @@ from sqlalchemy import Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.services.errors import InvalidRequestError, NotFoundError
+from app.services.lookup import Source, backend_of
 from app.services.resend import (
     RESENT_FROM_PROPERTY,
     group_of,
@@ -22,13 +23,13 @@ from app.services.resend import (
     resent_before,
     resent_ids,
 )
-from store.broker.retry import origin_topic
 from store.broker.trace import TraceKind
 from store.clock import Clock
 from store.errors import StoreError
 from store.format import ids, topics
 from store.format.codec import StoredMessage
 from store.format.javahash import tags_code
+from store.format.resend_plan import origin_topic
 from store.message_store import MessageStore
 from store.projections.dead_letters import DeadLetterUnits
 
@@ -93,7 +94,8 @@ class Inbox:
     total: int  # matching the filter
     counts: dict[str, int]  # per state, among those matching the filter but its state
     oldest_waiting_ms: int | None  # store time of the oldest waiting one
-    truncated: bool  # always False: every dead letter is in the index (kept for the API's shape)
+    truncated: bool  # embedded: always False (every dead letter is in the index); cluster: total is a bound
+    problems: list[str] = field(default_factory=list)  # on a cluster: brokers that did not answer, and why
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ def _reason_from_trace(store: MessageStore, msg: StoredMessage) -> str:
     return last_failure
 
 
-def _cursor(text: str | None) -> tuple[int, int] | None:
+def parse_cursor(text: str | None) -> tuple[int, int] | None:
     if not text:
         return None
     match = CURSOR.match(text)
@@ -209,16 +211,11 @@ def _known_group(store: MessageStore, group: str) -> bool:
     return any(g.name == group for g in store.metadata.groups()) or bool(store.offsets.of_group(group))
 
 
-def copy_state(store: MessageStore, group: str, offset_msg_id: str | None) -> str:
+def copy_state(source: Source, group: str, offset_msg_id: str | None) -> str:
     """What became of a resent copy for its group: consumed, pending or unknown (gone)."""
     if offset_msg_id is None:
         return "pending"
-    try:
-        copy = store.get_by_offset_id(offset_msg_id)
-    except StoreError:
-        return "unknown"
-    committed = store.offsets.get(copy.topic, group, copy.queue_id)
-    return "consumed" if committed is not None and committed > copy.queue_offset else "pending"
+    return backend_of(source).copy_state(group, offset_msg_id)
 
 
 @dataclass(frozen=True)
@@ -339,7 +336,7 @@ def inbox(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, ca
           group: str | None, wanted: Filter, cursor: str | None = None, limit: int = 50) -> Inbox:
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequestError(f"limit is between 1 and {MAX_LIMIT}")
-    after = _cursor(cursor)
+    after = parse_cursor(cursor)
     now = clock.now_ms()
     selection = _Selection(store, sessions, now, cache, group, wanted)
     found = selection.newest_first(after[1] if after is not None else None, limit + 1)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from app.services.dead_letters import DeadLetterCache
 from app.services.errors import ServiceError
 from app.services.resend import find_dead_letter
-from store.broker.retry import origin_topic
 from store.errors import StoreError
+from store.format.resend_plan import origin_topic
 from store.message_store import MessageStore
 
 

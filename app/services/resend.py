@@ -24,14 +24,17 @@ from app.models import AuditEntry, ResendItem
 from app.roles import Permission, Principal
 from app.services import audit, lookup
 from app.services.errors import ConflictError, ForbiddenError, InvalidRequestError, NotFoundError, ServiceError
+from app.services.lookup import Source, backend_of
 from app.services.messages import RESERVED_PROPERTIES
+from backend.protocol import Backend, BackendRefused, BackendUnavailable
+from store.broker.metadata import GroupConfig, checked_group
 from store.broker.record_builder import is_valid_key
-from store.broker.retry import origin_topic
 from store.clock import Clock
 from store.errors import StoreError
 from store.format import topics
 from store.format.codec import StoredMessage
-from store.message_store import FAR_FUTURE_MS, MessageStore
+from store.format.resend_plan import origin_topic
+from store.message_store import DEFAULT_QUERY_MAX, FAR_FUTURE_MS
 
 RESEND_DEAD_LETTERS = "resend_dead_letters"
 ACTION_PROPERTY = topics.RESEND_ACTION  # the audit entry id of the action that made the copy
@@ -64,7 +67,7 @@ class Destination:
     def as_json(self) -> object:
         return {"topic": self.topic} if self.kind == "named" else self.kind
 
-    def check_allowed(self, store: MessageStore, actor: Principal) -> None:
+    def check_allowed(self, source: Source, actor: Principal) -> None:
         """A named topic (other than a retry topic, checked per dead letter) exists, accepts
         messages, and the actor's role may produce: a resend never creates a topic, and the
         support role resends only along the dead letter's own routes."""
@@ -73,14 +76,14 @@ class Destination:
         if not actor.can(Permission.MESSAGING):
             raise ForbiddenError(f"{actor.name} ({actor.role}) may resend a dead letter to its group or its "
                                  f"original topic only: sending it to {self.topic} needs the operator or admin role")
-        config = store.metadata.topic(self.topic or "")
+        config = backend_of(source).get_topic(self.topic or "")
         if config is None:
             raise NotFoundError(f"no topic {self.topic}: a dead letter is resent to an existing topic only "
                                 "(create the topic first)")
         if not config.writable:
             raise InvalidRequestError(f"topic {self.topic} does not accept messages (permission {config.perm})")
 
-    def topic_for(self, store: MessageStore, group: str, dead: StoredMessage) -> str:
+    def topic_for(self, source: Source, group: str, dead: StoredMessage) -> str:
         origin = origin_topic(dead)
         if origin is None:
             raise InvalidRequestError(f"dead letter {dead.offset_msg_id} does not say which topic it came from")
@@ -93,15 +96,12 @@ class Destination:
                 raise InvalidRequestError(f"{self.topic} is not a retry topic of group {group}: its dead letters go "
                                           f"only to a retry topic of group {group} ({' or '.join(own)})")
             return self.topic
-        return group_route(store, group, origin)
+        return group_route(source, group, origin)
 
 
-def group_route(store: MessageStore, group: str, origin: str | None) -> str:
-    """The retry topic a message of `origin` takes back to `group` only: the pop retry topic for
-    a group that receives the topic by pop, else the group's %RETRY% topic."""
-    if origin and store.pops(group, origin):
-        return topics.pop_retry_topic(group, origin)
-    return topics.retry_topic(group)
+def group_route(source: Source, group: str, origin: str | None) -> str:
+    """The retry topic a message of `origin` takes back to `group` only (Backend.retry_route)."""
+    return backend_of(source).retry_route(group, origin)
 
 
 EDITABLE_PREFIXES_REFUSED = ("DLQ_", "MQLENS_", "__")
@@ -192,12 +192,12 @@ def group_of(dlq_topic: str) -> str:
     return dlq_topic[len(topics.DLQ_PREFIX):]
 
 
-def find_dead_letter(store: MessageStore, group: str | None, message_id: str) -> StoredMessage:
+def find_dead_letter(source: Source, group: str | None, message_id: str) -> StoredMessage:
     """The dead letter an offset message id or unique key names (in %DLQ%group when a group is given)."""
     text = message_id.strip()
     dead = None
     try:  # both are 32 hex characters: an offset id that names no message may still be a unique key
-        dead = lookup.by_offset_id(store, text)
+        dead = lookup.by_offset_id(source, text)
     except (InvalidRequestError, NotFoundError):
         if group is None:
             raise
@@ -205,7 +205,7 @@ def find_dead_letter(store: MessageStore, group: str | None, message_id: str) ->
         assert group is not None
         if not is_valid_key(text) or len(text) > 255:
             raise InvalidRequestError(f"{text[:64]!r} is neither an offset message id nor a unique key")
-        found = store.query_by_unique_key(topics.dlq_topic(group), text, 0, FAR_FUTURE_MS, 1).messages
+        found = backend_of(source).query_key(text, [topics.dlq_topic(group)], 0, FAR_FUTURE_MS, 1, True).messages
         if not found:
             raise NotFoundError(f"no dead letter of group {group} has the id or unique key {text}")
         dead = found[0]
@@ -263,7 +263,7 @@ def resent_ids(sessions: sessionmaker[Session], group: str | None) -> set[str]:
         return set(s.scalars(query))
 
 
-def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, group: str | None,
+def resend(source: Source, sessions: sessionmaker[Session], clock: Clock, group: str | None,
            message_ids: list[str], *, actor: Principal, destination: object = "group", dry_run: bool = False,
            reason: str | None = None, force: bool = False, idempotency_key: str | None = None,
            limit: int = MAX_IDS, edit: Edit | None = None) -> ResendOutcome:
@@ -276,9 +276,10 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
     if len(message_ids) > limit and not actor.can(Permission.REDRIVE):
         raise ForbiddenError(f"{actor.name} ({actor.role}) may resend at most {limit} dead letters at once; "
                              "an operator can run a redrive job for more")
+    backend = backend_of(source)
     if group is not None:
-        store.metadata.group(group)  # checks the name
-        if store.metadata.topic(topics.dlq_topic(group)) is None:
+        checked_group(GroupConfig(group))
+        if backend.get_topic(topics.dlq_topic(group)) is None:
             raise NotFoundError(f"group {group} has no dead letters (no {topics.dlq_topic(group)} topic)")
     if edit is not None:
         if len(message_ids) != 1:
@@ -287,7 +288,7 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
             raise ForbiddenError(f"{actor.name} ({actor.role}) may not edit a message before resending it: it "
                                  "needs the operator or admin role")
     where = Destination.parse(destination)
-    where.check_allowed(store, actor)
+    where.check_allowed(backend, actor)
     reason = audit.checked_reason(reason)
     if force and not reason:
         raise InvalidRequestError("say why (reason) to resend a dead letter that was resent already")
@@ -296,12 +297,12 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
     chosen: list[tuple[str, StoredMessage, str]] = []  # (asked id, dead letter, destination topic)
     for message_id in dict.fromkeys(message_ids):
         try:
-            dead = find_dead_letter(store, group, message_id)
-            target = where.topic_for(store, group_of(dead.topic), dead)
+            dead = find_dead_letter(backend, group, message_id)
+            target = where.topic_for(backend, group_of(dead.topic), dead)
         except NotFoundError as exc:
             results[message_id] = ItemResult(message_id, None, "not_found", None, error=str(exc))
             continue
-        except (InvalidRequestError, StoreError) as exc:
+        except (InvalidRequestError, StoreError, BackendRefused) as exc:
             results[message_id] = ItemResult(message_id, None, FAILED, None, error=str(exc))
             continue
         chosen.append((message_id, dead, target))
@@ -320,7 +321,7 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
     if not chosen:
         return ResendOutcome(None, [results[m] for m in dict.fromkeys(message_ids)], False)
 
-    plan = [(message_id, dead, target, dead.unique_key if dead.unique_key else store.new_unique_key())
+    plan = [(message_id, dead, target, dead.unique_key if dead.unique_key else backend.new_unique_key())
             for message_id, dead, target in chosen]
     request = {"group": group, "message_ids": list(dict.fromkeys(message_ids)), "destination": where.as_json(),
                "force": force, "edit": diff}
@@ -338,22 +339,29 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
     def act(decided: dict) -> dict:
         action_id = decided["action_id"]
         done: dict[str, tuple[str, str | None, str | None]] = {}
-        errors: list[StoreError] = []
+        errors: list[Exception] = []
+        unknown: list[BackendUnavailable] = []
         for _, dead, target, key in plan:
             marks = {ACTION_PROPERTY: str(action_id), RESENT_FROM_PROPERTY: dead.offset_msg_id}
             try:
-                copy = store.resend_dead_letter(dead.phys_offset, actor.name, topic=target, marks=marks,
-                                                unique_key=key, body=edit.body if edit else None,
-                                                property_changes=edit.properties if edit else None)
-                done[dead.offset_msg_id] = (OK, copy.offset_msg_id, None)
-            except StoreError as exc:
+                copy_id = backend.resend_dead_letter(dead, actor.name, topic=target, marks=marks, unique_key=key,
+                                                     body=edit.body if edit else None,
+                                                     property_changes=edit.properties if edit else None)
+                done[dead.offset_msg_id] = (OK, copy_id, None)
+            except (StoreError, BackendRefused) as exc:
                 done[dead.offset_msg_id] = (FAILED, None, str(exc)[:2000])
                 errors.append(exc)
+            except BackendUnavailable as exc:
+                done[dead.offset_msg_id] = _unanswered_send(backend, action_id, dead, target, key, exc)
+                if done[dead.offset_msg_id][0] == PENDING:
+                    unknown.append(exc)
         with sessions.begin() as s:
             for item in s.scalars(select(ResendItem).where(ResendItem.action_id == action_id)):
                 item.status, item.new_offset_msg_id, item.error = done[item.dead_letter_id]
                 if item.status == FAILED:
                     item.claim = None
+        if unknown:
+            raise unknown[0]  # the item stays pending (and claimed): it may have been sent
         if len(errors) == len(done):
             raise errors[0]  # nothing was resent: the action failed, as the first error says
         return {"resent": len(done) - len(errors), "failed": len(errors)}
@@ -378,24 +386,42 @@ def resend(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, g
     return ResendOutcome(action_id, ordered, performed.replayed, diff)
 
 
-def find_copy(store: MessageStore, item: ResendItem, since_ms: int) -> StoredMessage | None:
-    """The copy an item's action made, found through the index by its unique key and matched by marks."""
+def _unanswered_send(backend: Backend, action_id: int, dead: StoredMessage, target: str, key: str,
+                     exc: BackendUnavailable) -> tuple[str, str | None, str | None]:
+    """A send nobody answered may have stored the copy: ok when the copy is found now, else the
+    item stays pending (it blocks a resend without force) and says why."""
+    probe = ResendItem(action_id=action_id, dead_letter_id=dead.offset_msg_id, destination=target, lookup_key=key)
     try:
-        found = store.query_by_unique_key(item.destination, item.lookup_key, max(0, since_ms - SETTLE_SLACK_MS),
-                                          FAR_FUTURE_MS).messages
+        copy = find_copy(backend, probe, dead.store_timestamp)
+    except BackendUnavailable:
+        copy = None
+    if copy is not None:
+        return OK, copy.offset_msg_id, None
+    return PENDING, None, f"{exc}: the copy may have been sent (a resend of it needs force)"[:2000]
+
+
+def find_copy(source: Source, item: ResendItem, since_ms: int) -> StoredMessage | None:
+    """The copy an item's action made, found through the index by its unique key and matched by marks;
+    BackendUnavailable when it is not found and a broker did not answer."""
+    try:
+        found = backend_of(source).query_key(item.lookup_key, [item.destination], max(0, since_ms - SETTLE_SLACK_MS),
+                                             FAR_FUTURE_MS, DEFAULT_QUERY_MAX, True)
     except StoreError:
         return None
-    for msg in found:
+    for msg in found.messages:
         if (msg.properties.get(ACTION_PROPERTY) == str(item.action_id)
                 and msg.properties.get(RESENT_FROM_PROPERTY) == item.dead_letter_id):
             return msg
+    if found.problems:
+        raise BackendUnavailable(f"the copy of {item.dead_letter_id} was not found: {'; '.join(found.problems)}")
     return None
 
 
-def reconcile_resends(store: MessageStore, sessions: sessionmaker[Session]) -> list[str]:
-    """At start-up: settle resends a crash left pending, from the commit log: an item is ok when
-    its copy (carrying the action id and the dead letter id) is in the store, else failed (it may
-    be resent again). Returns what was done, for the log."""
+def reconcile_resends(source: Source, sessions: sessionmaker[Session]) -> list[str]:
+    """At start-up: settle resends a crash left pending, from the commit log (on a cluster, the
+    brokers' index of the destination topic): an item is ok when its copy (carrying the action id
+    and the dead letter id) is there, else failed (it may be resent again). Returns what was done,
+    for the log; on a cluster where a broker does not answer, BackendUnavailable and nothing settled."""
     done: list[str] = []
     with sessions.begin() as s:
 
@@ -403,7 +429,7 @@ def reconcile_resends(store: MessageStore, sessions: sessionmaker[Session]) -> l
             items = list(s.scalars(select(ResendItem).where(ResendItem.action_id == entry.id)))
             ok = 0
             for item in items:
-                copy = find_copy(store, item, entry.at_ms)
+                copy = find_copy(source, item, entry.at_ms)
                 if copy is not None:
                     item.status, item.new_offset_msg_id, item.error = OK, copy.offset_msg_id, None
                     ok += 1

@@ -6,6 +6,8 @@ Message records come back as the broker stores them; mqlens's own store codec de
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cluster.remoting.client import RemotingClient
 from cluster.remoting.codes import PULL_FLAG_SUBSCRIPTION, UNIQUE_KEY_QUERY_FIELD, RequestCode, ResponseCode
 from cluster.remoting.command import RemotingCommand, request
@@ -40,6 +42,41 @@ def decode_records(body: bytes, *, what: str = "broker answer") -> list[codec.St
 
 # The group mqlens's own pulls name; a broker with autoCreateSubscriptionGroup creates it on first use.
 CONSOLE_GROUP = "mqlens_console"
+
+
+# SEND_MESSAGE's defaults when the topic is new to the broker (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC).
+DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUES = "TBW102", 4
+STORED_CODES = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE,
+                ResponseCode.FLUSH_SLAVE_TIMEOUT)
+
+
+@dataclass(frozen=True)
+class PulledBatch:
+    messages: list[codec.StoredMessage]
+    next_offset: int  # where a following pull would go on
+    min_offset: int  # the queue's bounds as the broker answered them (-1: not said)
+    max_offset: int
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    topic: str
+    queue_id: int
+    body: bytes  # as it is stored: compressed when sys_flag says so
+    properties: str  # the properties text (store.format.properties.format_properties)
+    sys_flag: int = 0
+    flag: int = 0
+    born_timestamp: int = 0
+    reconsume_times: int = 0
+    max_reconsume_times: int | None = None
+
+
+@dataclass(frozen=True)
+class SendResult:
+    offset_msg_id: str
+    queue_id: int
+    queue_offset: int
+    status: str  # SUCCESS, or the flush or slave timeout it was stored with
 
 
 class TopicNotOnBroker(ResponseError):
@@ -159,10 +196,11 @@ class BrokerAdmin:
         return await self._queue_offset(address, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
                                         {"topic": topic, "queueId": queue_id, "timestamp": timestamp_ms})
 
-    async def pull_one(self, address: str, topic: str, queue_id: int, queue_offset: int, *,
-                       group: str = CONSOLE_GROUP) -> codec.StoredMessage | None:
-        """PULL_MESSAGE for the one message at `queue_offset`, or None when the queue has none there
-        (PULL_NOT_FOUND: not yet written; PULL_OFFSET_MOVED: before the min offset or far past the max).
+    async def pull(self, address: str, topic: str, queue_id: int, queue_offset: int, max_messages: int, *,
+                   group: str = CONSOLE_GROUP) -> PulledBatch:
+        """PULL_MESSAGE for up to `max_messages` records of the queue from `queue_offset` on (the broker
+        answers at most 32 and fewer when they are large). Nothing there (PULL_NOT_FOUND: not yet
+        written; PULL_OFFSET_MOVED: before the min offset or far past the max) is an empty batch.
 
         The request carries its own subscription ("*") and neither the commit-offset nor the suspend flag,
         so it waits for nothing and moves no group's offset. The broker still creates `group`'s
@@ -170,18 +208,51 @@ class BrokerAdmin:
         that group's statistics."""
         cmd = request(RequestCode.PULL_MESSAGE, {
             "consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": queue_offset,
-            "maxMsgNums": 1, "sysFlag": PULL_FLAG_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0,
-            "subscription": "*", "subVersion": 0, "expressionType": "TAG"})
+            "maxMsgNums": max_messages, "sysFlag": PULL_FLAG_SUBSCRIPTION, "commitOffset": 0,
+            "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0, "expressionType": "TAG"})
         response = await self.client.invoke_ok(address, cmd, accept=(
             ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED))
+        fields = response.ext_fields
+        try:
+            next_offset, low, high = (int(fields.get(name, -1)) for name in ("nextBeginOffset", "minOffset",
+                                                                              "maxOffset"))
+        except ValueError:
+            raise CodecError(f"{address}: the pull of {topic}:{queue_id} has unreadable offsets: {fields}") from None
         if response.code != ResponseCode.SUCCESS:
-            return None
+            return PulledBatch([], next_offset, low, high)
         records = decode_records(response.body, what=f"{address} {topic}:{queue_id}@{queue_offset}")
-        if len(records) != 1 or (records[0].topic, records[0].queue_id, records[0].queue_offset) != (
-                topic, queue_id, queue_offset):
+        if any((m.topic, m.queue_id) != (topic, queue_id) or m.queue_offset < queue_offset for m in records):
             raise CodecError(f"{address}: the pull of {topic}:{queue_id}@{queue_offset} answered "
                              f"{[(m.topic, m.queue_id, m.queue_offset) for m in records]}")
-        return records[0]
+        return PulledBatch(records, next_offset, low, high)
+
+    async def pull_one(self, address: str, topic: str, queue_id: int, queue_offset: int, *,
+                       group: str = CONSOLE_GROUP) -> codec.StoredMessage | None:
+        """The one message at `queue_offset` (see pull), or None when the queue has none there."""
+        batch = await self.pull(address, topic, queue_id, queue_offset, 1, group=group)
+        if not batch.messages:
+            return None
+        if len(batch.messages) != 1 or batch.messages[0].queue_offset != queue_offset:
+            raise CodecError(f"{address}: the pull of {topic}:{queue_id}@{queue_offset} answered "
+                             f"{[(m.topic, m.queue_id, m.queue_offset) for m in batch.messages]}")
+        return batch.messages[0]
+
+    async def send(self, address: str, message: OutgoingMessage, *, group: str = CONSOLE_GROUP) -> SendResult:
+        """SEND_MESSAGE: store one message on this broker, in the queue it names. A flush or slave
+        timeout still stored it, so it is a result too (its status says which)."""
+        cmd = request(RequestCode.SEND_MESSAGE, {
+            "producerGroup": group, "topic": message.topic, "defaultTopic": DEFAULT_TOPIC,
+            "defaultTopicQueueNums": DEFAULT_TOPIC_QUEUES, "queueId": message.queue_id, "sysFlag": message.sys_flag,
+            "bornTimestamp": message.born_timestamp, "flag": message.flag, "properties": message.properties,
+            "reconsumeTimes": message.reconsume_times, "unitMode": False, "batch": False,
+            "maxReconsumeTimes": message.max_reconsume_times}, body=message.body)
+        response = await self.client.invoke_ok(address, cmd, accept=STORED_CODES)
+        fields = response.ext_fields
+        try:
+            return SendResult(str(fields["msgId"]), int(fields["queueId"]), int(fields["queueOffset"]),
+                              ResponseCode(response.code).name)
+        except (KeyError, ValueError):
+            raise CodecError(f"{address}: the send to {message.topic} answered unreadable fields: {fields}") from None
 
     async def topics_consumed_by(self, address: str, topic: str) -> list[str]:
         """QUERY_TOPIC_CONSUME_BY_WHO: groups online for the topic or holding an offset on it here, sorted."""

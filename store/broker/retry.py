@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from store.broker.metadata import GroupConfig
 from store.format import topics
 from store.format.codec import StoredMessage
+from store.format.resend_plan import origin_topic  # noqa: F401  (read from here by earlier callers)
 
 FIRST_RETRY_DELAY_LEVEL = 3  # reconsume #n waits level 2 + n: 10s, 30s, 1m, ...
 
@@ -36,16 +37,6 @@ def with_retry_origin(original: StoredMessage) -> dict[str, str]:
     props.setdefault(topics.RETRY_TOPIC, original.topic)
     props[topics.ORIGIN_MESSAGE_ID] = props.get(topics.ORIGIN_MESSAGE_ID) or original.offset_msg_id
     return props
-
-
-def origin_topic(dead_letter: StoredMessage) -> str | None:
-    """The topic a dead letter was consumed from (not a retry topic it passed through), if it says."""
-    props = dead_letter.properties
-    for name in (topics.DLQ_ORIGIN_TOPIC, topics.RETRY_TOPIC, topics.REAL_TOPIC):
-        value = props.get(name)
-        if value and not topics.is_retry_topic(value) and not topics.holds_for_later(value):
-            return value
-    return None
 
 
 def route_send_back(original: StoredMessage, group: GroupConfig, delay_level: int = 0,

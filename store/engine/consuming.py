@@ -7,7 +7,6 @@ from store.broker.metadata import consuming_group
 from store.broker.pop import Received
 from store.broker.pull import SCAN_LIMIT_FACTOR, PullResult, TagFilter, check_consumable, check_pull_size
 from store.broker.receipt import ReceiptHandleError
-from store.broker.resend import plan_resend
 from store.broker.retry import SendBack, route_send_back
 from store.broker.trace import TraceEvent, TraceKind
 from store.broker.trace_events import send_back_events
@@ -17,6 +16,7 @@ from store.errors import (
 )
 from store.format import topics
 from store.format.codec import StoredMessage
+from store.format.resend_plan import plan_resend
 
 
 class Consuming:

@@ -52,11 +52,11 @@ def test_the_cluster_api_and_page_show_what_mqadmin_cluster_list_shows(rocketmq,
 
 def test_what_needs_the_embedded_store_is_a_clear_409_on_a_cluster(rocketmq, tmp_path):
     with console_on(rocketmq, tmp_path) as server, server.client() as client:
-        for path in ("/api/dlq/messages", "/api/dlq/some_group/messages", "/api/config/delay-levels"):
+        for path in ("/api/dlq/some_group/messages.csv", "/api/config/delay-levels"):
             r = client.get(path)
             assert r.status_code == 409, (path, r.text)
             assert "live RocketMQ cluster" in r.json()["error"] and rocketmq.namesrv in r.json()["error"]
-        page = client.get("/dead-letters", headers=HTML)
+        page = client.get("/config/delay-levels", headers=HTML)
         assert page.status_code == 409 and "live RocketMQ cluster" in page.text and "Traceback" not in page.text
         produce = client.post("/api/topics/Orders/messages", json={"body": "x"})
         assert produce.status_code == 409 and "live RocketMQ cluster" in produce.json()["error"]

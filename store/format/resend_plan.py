@@ -1,14 +1,25 @@
 """What resending a dead letter writes: a fresh delivery of the same message (reconsume times 0,
-same body, keys, tags and unique key) on its origin topic or a retry topic of its group."""
+same body, keys, tags and unique key) on its origin topic or a retry topic of its group. Pure:
+the embedded store writes the plan, a live cluster's backend sends it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from store.broker.retry import origin_topic
 from store.errors import InvalidMessageError
 from store.format import topics
 from store.format.codec import COMPRESSED_FLAG, StoredMessage
+
+
+def origin_topic(dead_letter: StoredMessage) -> str | None:
+    """The topic a dead letter was consumed from (not a retry topic it passed through), if it says."""
+    props = dead_letter.properties
+    for name in (topics.DLQ_ORIGIN_TOPIC, topics.RETRY_TOPIC, topics.REAL_TOPIC):
+        value = props.get(name)
+        if value and not topics.is_retry_topic(value) and not topics.holds_for_later(value):
+            return value
+    return None
+
 
 # Properties of the dead letter's routing that its fresh copy does not carry.
 DROPPED = frozenset({topics.DELAY, topics.REAL_TOPIC, topics.REAL_QID, topics.WAIT, topics.RETRY_TOPIC,
