@@ -865,6 +865,7 @@ class OffsetResetRequest(Strict):
 
 
 class QueueResetOut(BaseModel):
+    broker: str | None = Field(None, description="On a live cluster: the broker that holds the queue.")
     queue_id: int
     min_offset: int
     max_offset: int
@@ -878,6 +879,13 @@ class OffsetResetResponse(BaseModel):
     ok: Literal[True] = True
     applied: bool
     queues: list[QueueResetOut]
+    complete: bool = Field(True, description="False: some brokers did not answer; `problems` names them.")
+    problems: list[str] = []
+    consumers_online: bool | None = Field(None, description="On a live cluster: consumers of the group on the "
+                                          "topic are online, so the brokers reset through them.")
+    through: Literal["consumers", "offsets"] | None = Field(
+        None, description="On a live cluster, once applied: the brokers told the consumers online (every queue "
+        "to a time) or wrote the committed offsets.")
 
 
 # -- pipeline runs -----------------------------------------------------------------------------

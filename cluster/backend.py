@@ -18,20 +18,26 @@ from typing import TypeVar
 from backend.protocol import (
     BackendUnavailable,
     BackendView,
+    BrokerSetting,
     GroupConnections,
     GroupList,
     GroupProgress,
     GroupView,
     KeyMatches,
+    OffsetResetDone,
+    OffsetResetPlan,
     QueueActivity,
+    ResetTarget,
     TopicList,
     TopicView,
 )
 from cluster import overview
+from cluster.broker_settings import ClusterBrokerSettings
 from cluster.calls import within
 from cluster.context import ClusterContext, ClusterSettings
 from cluster.group_views import ClusterGroups
 from cluster.message_lookups import ClusterLookups
+from cluster.offsets import ClusterOffsets
 from cluster.remoting.acl import AclCredentials
 from cluster.remoting.broker import BrokerAdmin
 from cluster.remoting.client import ClientOptions, RemotingClient
@@ -63,6 +69,8 @@ class ClusterBackend:
         self.topic_views = ClusterTopics(self.ctx)
         self.group_views = ClusterGroups(self.ctx, self.topic_views)
         self.lookups = ClusterLookups(self.ctx)
+        self.offsets = ClusterOffsets(self.ctx, self.topic_views, self.group_views)
+        self.broker_settings = ClusterBrokerSettings(self.ctx)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="cluster-io", daemon=True)
         self._thread.start()
@@ -131,3 +139,17 @@ class ClusterBackend:
 
     def read_at(self, topic: str, queue_id: int, queue_offset: int, broker: str | None = None) -> StoredMessage:
         return self.run(lambda: self.lookups.read_at(topic, queue_id, queue_offset, broker))
+
+    # -- operator settings
+    def plan_offset_reset(self, group: str, topic: str, target: ResetTarget,
+                          queue_id: int | None = None) -> OffsetResetPlan:
+        return self.run(lambda: self.offsets.plan(group, topic, target, queue_id))
+
+    def apply_offset_reset(self, plan: OffsetResetPlan) -> OffsetResetDone:
+        return self.run(lambda: self.offsets.apply(plan))
+
+    def broker_setting(self, key: str) -> BrokerSetting:
+        return self.run(lambda: self.broker_settings.read(key))
+
+    def update_broker_setting(self, key: str, value: str) -> BrokerSetting:
+        return self.run(lambda: self.broker_settings.write(key, value))
