@@ -539,6 +539,20 @@ class DelayLevelsOut(BaseModel):
     source: str | None = Field(None, description="For version 0, where the table came from: the store's own "
                                "file, given at start, inferred from the store's scheduled messages (a store "
                                "another broker wrote), or RocketMQ's default.")
+    brokers: list[BrokerDelayLevelOut] | None = Field(None, description="On a live cluster: each broker's table.")
+    differ: bool | None = Field(None, description="On a live cluster: the brokers do not all have the same table "
+                                "(`levels` is the first broker's).")
+    complete: bool | None = Field(None, description="On a live cluster: false when some brokers did not answer.")
+    problems: list[str] | None = None
+    applies_after_restart: bool | None = Field(None, description="On a live cluster, true: RocketMQ 4.x reads the "
+                                               "table when a broker starts, so a change applies after its restart.")
+
+
+class BrokerDelayLevelOut(BaseModel):
+    broker: str = Field(description="The broker's name; a slave's carries its id.")
+    address: str | None
+    levels: str | None = Field(description="Its messageDelayLevel; null when it did not answer.")
+    error: str | None = None
 
 
 class DelayLevelsUpdate(Strict):
