@@ -34,6 +34,11 @@ async def get_store(request: Request) -> MessageStore:
     return store
 
 
+async def get_store_if_any(request: Request) -> MessageStore | None:
+    """The embedded store, or None on a live cluster (for routes that serve both)."""
+    return request.app.state.store
+
+
 async def get_put_batcher(request: Request) -> PutBatcher:
     batcher = request.app.state.put_batcher
     if batcher is None:
@@ -86,6 +91,7 @@ async def get_client_sessions(request: Request) -> ClientSessions:
 
 
 StoreDep = Annotated[MessageStore, Depends(get_store)]
+StoreIfAnyDep = Annotated[MessageStore | None, Depends(get_store_if_any)]
 BackendDep = Annotated[Backend, Depends(get_backend)]
 PutBatcherDep = Annotated[PutBatcher, Depends(get_put_batcher)]
 SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]

@@ -539,6 +539,20 @@ class DelayLevelsOut(BaseModel):
     source: str | None = Field(None, description="For version 0, where the table came from: the store's own "
                                "file, given at start, inferred from the store's scheduled messages (a store "
                                "another broker wrote), or RocketMQ's default.")
+    brokers: list[BrokerDelayLevelOut] | None = Field(None, description="On a live cluster: each broker's table.")
+    differ: bool | None = Field(None, description="On a live cluster: the brokers do not all have the same table "
+                                "(`levels` is the first broker's).")
+    complete: bool | None = Field(None, description="On a live cluster: false when some brokers did not answer.")
+    problems: list[str] | None = None
+    applies_after_restart: bool | None = Field(None, description="On a live cluster, true: RocketMQ 4.x reads the "
+                                               "table when a broker starts, so a change applies after its restart.")
+
+
+class BrokerDelayLevelOut(BaseModel):
+    broker: str = Field(description="The broker's name; a slave's carries its id.")
+    address: str | None
+    levels: str | None = Field(description="Its messageDelayLevel; null when it did not answer.")
+    error: str | None = None
 
 
 class DelayLevelsUpdate(Strict):
@@ -869,6 +883,7 @@ class OffsetResetRequest(Strict):
 
 
 class QueueResetOut(BaseModel):
+    broker: str | None = Field(None, description="On a live cluster: the broker that holds the queue.")
     queue_id: int
     min_offset: int
     max_offset: int
@@ -882,6 +897,13 @@ class OffsetResetResponse(BaseModel):
     ok: Literal[True] = True
     applied: bool
     queues: list[QueueResetOut]
+    complete: bool = Field(True, description="False: some brokers did not answer; `problems` names them.")
+    problems: list[str] = []
+    consumers_online: bool | None = Field(None, description="On a live cluster: consumers of the group on the "
+                                          "topic are online, so the brokers reset through them.")
+    through: Literal["consumers", "offsets"] | None = Field(
+        None, description="On a live cluster, once applied: the brokers told the consumers online (every queue "
+        "to a time) or wrote the committed offsets.")
 
 
 # -- pipeline runs -----------------------------------------------------------------------------

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from backend.embedded_groups import group_rows, lags, queue_bounds
 from backend.protocol import (
+    DELAY_LEVEL_SETTING,
     BackendRefused,
     BackendView,
+    BrokerSetting,
+    BrokerSettingValue,
     BrokerView,
     ClusterView,
     DeadLetterPage,
@@ -15,10 +18,14 @@ from backend.protocol import (
     GroupSummary,
     GroupView,
     KeyMatches,
+    OffsetResetDone,
+    OffsetResetPlan,
     QueueActivity,
     QueueOffsets,
+    ResetTarget,
     TopicList,
     TopicView,
+    queue_reset,
 )
 from store.broker.metadata import GroupConfig, TopicConfig
 from store.errors import MessageNotFoundError, StoreError
@@ -127,6 +134,39 @@ class EmbeddedBackend:
         if broker not in (None, EMBEDDED_BROKER):
             raise MessageNotFoundError(f"no broker {broker}: the embedded store is broker {EMBEDDED_BROKER}")
         return self.store.get_by_queue_offset(topic, queue_id, queue_offset)
+
+    # -- operator settings
+    def plan_offset_reset(self, group: str, topic: str, target: ResetTarget,
+                          queue_id: int | None = None) -> OffsetResetPlan:
+        committed = self.store.offsets.of_group(group).get(topic, {})
+        rows = [queue_reset(EMBEDDED_BROKER, q, lo, hi, committed.get(q), self._reset_offset(topic, q, lo, hi, target))
+                for q, lo, hi in sorted(self.store.topics().get(topic, [])) if queue_id in (None, q)]
+        return OffsetResetPlan(group, topic, target, queue_id, rows)
+
+    def _reset_offset(self, topic: str, queue_id: int, low: int, high: int, target: ResetTarget) -> int:
+        if target.kind == "earliest":
+            return low
+        if target.kind == "latest":
+            return high
+        if target.kind == "time":
+            return self.store.queue_offset_by_time(topic, queue_id, target.value or 0)
+        return target.value or 0
+
+    def apply_offset_reset(self, plan: OffsetResetPlan) -> OffsetResetDone:
+        self.store.reset_consumer_offset(plan.group, plan.topic, {row.queue_id: row.after for row in plan.queues})
+        return OffsetResetDone(plan.queues, "offsets")
+
+    def broker_setting(self, key: str) -> BrokerSetting:
+        if key != DELAY_LEVEL_SETTING:
+            return BrokerSetting(key, [BrokerSettingValue(EMBEDDED_BROKER, None, None,
+                                                          f"the embedded store keeps no setting {key}")])
+        return BrokerSetting(key, [BrokerSettingValue(EMBEDDED_BROKER, None, self.store.delay_levels.spec)])
+
+    def update_broker_setting(self, key: str, value: str) -> BrokerSetting:
+        if key != DELAY_LEVEL_SETTING:
+            raise BackendRefused(f"the embedded store keeps no setting {key}")
+        self.store.set_delay_levels(value)
+        return self.broker_setting(key)
 
 
     # -- dead letters

@@ -297,3 +297,96 @@ class Backend(Protocol):
     def copy_state(self, group: str, offset_msg_id: str) -> str:
         """What became of a resent copy for its group: consumed, pending or unknown (gone)."""
         ...
+
+    # -- operator settings
+    def plan_offset_reset(self, group: str, topic: str, target: ResetTarget,
+                          queue_id: int | None = None) -> OffsetResetPlan:
+        """The group's committed offset on each queue of the topic (one queue, or all) and the offset
+        `target` names there; nothing is changed."""
+        ...
+
+    def apply_offset_reset(self, plan: OffsetResetPlan) -> OffsetResetDone:
+        """Move the group's offsets as `plan` says (on a cluster: through its consumers online, else
+        broker by broker); what could not be done is named in `problems`."""
+        ...
+
+    def broker_setting(self, key: str) -> BrokerSetting:
+        """One setting as each broker has it now."""
+        ...
+
+    def update_broker_setting(self, key: str, value: str) -> BrokerSetting:
+        """Write one setting on every broker; answers what each broker has after the write."""
+        ...
+
+
+# -- operator settings: what the operator settings of a backend answer
+DELAY_LEVEL_SETTING = "messageDelayLevel"  # RocketMQ's broker setting of the delay level table
+
+
+@dataclass(frozen=True)
+class ResetTarget:
+    kind: Literal["earliest", "latest", "time", "offset"]
+    value: int | None = None  # epoch ms for "time", the offset for "offset"
+
+
+@dataclass(frozen=True)
+class BrokerQueueReset:
+    broker: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    before: int | None  # committed now; None: never committed
+    after: int
+    lag_before: int
+    lag_after: int
+
+
+def queue_reset(broker: str, queue_id: int, min_offset: int, max_offset: int, before: int | None,
+                wanted: int) -> BrokerQueueReset:
+    """A queue's reset to `wanted`, kept within the queue's offsets, with the lag before and after."""
+    after = min(max(wanted, min_offset), max_offset)
+    start = max(before if before is not None else min_offset, min_offset)
+    return BrokerQueueReset(broker, queue_id, min_offset, max_offset, before, after, max_offset - start,
+                            max_offset - after)
+
+
+@dataclass(frozen=True)
+class OffsetResetPlan:
+    group: str
+    topic: str
+    target: ResetTarget
+    queue_id: int | None
+    queues: list[BrokerQueueReset]
+    consumers_online: bool = False  # consumers of the group subscribed to the topic are online now
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OffsetResetDone:
+    queues: list[BrokerQueueReset]  # the queues moved, `after` as the broker set it
+    through: Literal["offsets", "consumers"]  # the committed offsets written, or the consumers online told
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BrokerSettingValue:
+    broker: str  # its name; a slave's with its id
+    address: str | None
+    value: str | None  # None: not read (error says why) or the broker has no such setting
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BrokerSetting:
+    key: str
+    brokers: list[BrokerSettingValue]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def values(self) -> list[str]:
+        """The distinct values read, in broker order."""
+        return list(dict.fromkeys(b.value for b in self.brokers if b.value is not None))
+
+    @property
+    def differ(self) -> bool:
+        return len(self.values) > 1

@@ -18,6 +18,7 @@ from typing import TypeVar
 from backend.protocol import (
     BackendUnavailable,
     BackendView,
+    BrokerSetting,
     DeadLetterPage,
     DeadLetterWindow,
     GroupConnections,
@@ -25,16 +26,21 @@ from backend.protocol import (
     GroupProgress,
     GroupView,
     KeyMatches,
+    OffsetResetDone,
+    OffsetResetPlan,
     QueueActivity,
+    ResetTarget,
     TopicList,
     TopicView,
 )
 from cluster import overview
+from cluster.broker_settings import ClusterBrokerSettings
 from cluster.calls import within
 from cluster.context import ClusterContext, ClusterSettings
 from cluster.dead_letters import ClusterDeadLetters
 from cluster.group_views import ClusterGroups
 from cluster.message_lookups import ClusterLookups
+from cluster.offsets import ClusterOffsets
 from cluster.remoting.acl import AclCredentials
 from cluster.remoting.broker import BrokerAdmin
 from cluster.remoting.client import ClientOptions, RemotingClient
@@ -68,6 +74,8 @@ class ClusterBackend:
         self.group_views = ClusterGroups(self.ctx, self.topic_views)
         self.lookups = ClusterLookups(self.ctx)
         self.dead_letters = ClusterDeadLetters(self.ctx, self.topic_views, self.lookups)
+        self.offsets = ClusterOffsets(self.ctx, self.topic_views, self.group_views)
+        self.broker_settings = ClusterBrokerSettings(self.ctx)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="cluster-io", daemon=True)
         self._thread.start()
@@ -157,3 +165,17 @@ class ClusterBackend:
 
     def copy_state(self, group: str, offset_msg_id: str) -> str:
         return self.run(lambda: self.dead_letters.copy_state(group, offset_msg_id))
+
+    # -- operator settings
+    def plan_offset_reset(self, group: str, topic: str, target: ResetTarget,
+                          queue_id: int | None = None) -> OffsetResetPlan:
+        return self.run(lambda: self.offsets.plan(group, topic, target, queue_id))
+
+    def apply_offset_reset(self, plan: OffsetResetPlan) -> OffsetResetDone:
+        return self.run(lambda: self.offsets.apply(plan))
+
+    def broker_setting(self, key: str) -> BrokerSetting:
+        return self.run(lambda: self.broker_settings.read(key))
+
+    def update_broker_setting(self, key: str, value: str) -> BrokerSetting:
+        return self.run(lambda: self.broker_settings.write(key, value))

@@ -9,12 +9,12 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse
 
-from app.deps import ClockDep, ConfigLockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClockDep, ConfigLockDep, SessionsDep, StoreDep, StoreIfAnyDep
 from app.pages import RendererDep
 from app.pages.params import optional_int
 from app.render import is_htmx
 from app.security import READ, Configurer
-from app.services import config
+from app.services import broker_delay_levels, config
 from app.services.audit import MAX_REASON
 from app.services.errors import InvalidRequestError
 from backend.embedded_groups import known_groups
@@ -41,9 +41,18 @@ def _page_data(store, sessions, group: str | None, levels: str | None = None) ->
             "history": [vars(v) for v in config.history(sessions, store)], "saved": None}
 
 
+def _cluster_page_data(backend, sessions, saved: str | None) -> dict:
+    """On a live cluster: each broker's table, the restart notice, and the versions written here."""
+    current = broker_delay_levels.get_delay_levels(backend, sessions)
+    history = [vars(v) for v in broker_delay_levels.history(sessions)]
+    return {"nav": "config", "current": current, "history": history, "saved": _saved_version(saved, history)}
+
+
 @router.get(PAGE, dependencies=[READ])
-def delay_levels_page(request: Request, store: StoreDep, sessions: SessionsDep, renderer: RendererDep,
-                      group: str | None = None, saved: str | None = None):
+def delay_levels_page(request: Request, store: StoreIfAnyDep, backend: BackendDep, sessions: SessionsDep,
+                      renderer: RendererDep, group: str | None = None, saved: str | None = None):
+    if store is None:
+        return renderer.page(request, "config/cluster_delay_levels.html", _cluster_page_data(backend, sessions, saved))
     data = _page_data(store, sessions, group)
     data["saved"] = _saved_version(saved, data["history"])
     return renderer.page(request, "config/delay_levels.html", data)
@@ -71,11 +80,17 @@ def preview_fragment(request: Request, store: StoreDep, sessions: SessionsDep, r
 
 
 @router.post(PAGE)
-def save(store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Configurer, lock: ConfigLockDep,
-         levels: Annotated[str, Form(max_length=4000)], expected_version: Annotated[str, Form(max_length=12)],
+def save(store: StoreIfAnyDep, backend: BackendDep, sessions: SessionsDep, clock: ClockDep, actor: Configurer,
+         lock: ConfigLockDep, levels: Annotated[str, Form(max_length=4000)],
+         expected_version: Annotated[str, Form(max_length=12)],
          reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None,
          allow_dropped_levels: Annotated[bool, Form()] = False,
          idempotency_key: Annotated[str | None, Form(max_length=255)] = None):
+    if store is None:
+        written = broker_delay_levels.set_delay_levels(
+            backend, sessions, clock, levels.strip(), actor=actor, lock=lock, reason=reason,
+            expected_version=optional_int(expected_version, "version"), idempotency_key=idempotency_key or None)
+        return RedirectResponse(f"{PAGE}?saved={written.version}", status_code=303)
     view = config.set_delay_levels(store, sessions, clock, levels.strip(), actor=actor, lock=lock, reason=reason,
                                    expected_version=optional_int(expected_version, "version"),
                                    allow_dropped_levels=allow_dropped_levels, idempotency_key=idempotency_key or None)
@@ -83,13 +98,18 @@ def save(store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Configu
 
 
 @router.post(f"{PAGE}/rollback")
-def rollback(store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Configurer, lock: ConfigLockDep,
-             version: Annotated[str, Form(max_length=12)], expected_version: Annotated[str, Form(max_length=12)],
+def rollback(store: StoreIfAnyDep, backend: BackendDep, sessions: SessionsDep, clock: ClockDep, actor: Configurer,
+             lock: ConfigLockDep, version: Annotated[str, Form(max_length=12)],
+             expected_version: Annotated[str, Form(max_length=12)],
              reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None,
              allow_dropped_levels: Annotated[bool, Form()] = False):
     target = optional_int(version, "version")
     if target is None:
         raise InvalidRequestError("say which version to roll back to")
+    if store is None:
+        written = broker_delay_levels.rollback(backend, sessions, clock, target, actor=actor, lock=lock, reason=reason,
+                                               expected_version=optional_int(expected_version, "version"))
+        return RedirectResponse(f"{PAGE}?saved={written.version}", status_code=303)
     view = config.rollback(store, sessions, clock, target, actor=actor, lock=lock,
                            reason=reason, expected_version=optional_int(expected_version, "version"),
                            allow_dropped_levels=allow_dropped_levels)

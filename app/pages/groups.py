@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Annotated
 from urllib.parse import quote, urlencode
@@ -9,14 +10,14 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse
 
-from app.deps import BackendDep, ClientSessionsDep, ClockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClientSessionsDep, ClockDep, SessionsDep, StoreDep, StoreIfAnyDep
 from app.pages import RendererDep
 from app.pages.params import optional_int, optional_time_ms
 from app.pages.topics import topic_url
 from app.presenters import client_rows, grpc_access
 from app.security import READ, Configurer
+from app.services import cluster_offset_reset, offset_reset
 from app.services import groups as groups_service
-from app.services import offset_reset
 from app.services.audit import MAX_REASON
 from app.services.errors import InvalidRequestError
 from app.services.group_status import cluster_group_detail, group_detail
@@ -33,11 +34,11 @@ def groups_page(request: Request, backend: BackendDep, renderer: RendererDep):
                                                          "on_cluster": backend.kind == "cluster"})
 
 
-def reset_topics(store, offsets: list) -> tuple[list[str], list[str]]:
+def reset_topics(topic_names: Iterable[str], offsets: list) -> tuple[list[str], list[str]]:
     """The topics an offset reset can name: those the group consumes first (its own topics before
     its retry topic), then every other user topic."""
     consumed = sorted({o.topic for o in offsets}, key=lambda t: (is_system_topic(t), t))
-    others = sorted(t for t in store.topics() if not is_system_topic(t) and t not in consumed)
+    others = sorted(t for t in topic_names if not is_system_topic(t) and t not in consumed)
     return consumed, others
 
 
@@ -46,15 +47,18 @@ def group_page(group: str, request: Request, backend: BackendDep, renderer: Rend
                saved: str | None = None, reset: str | None = None):
     store = request.app.state.store
     if store is None:
-        return renderer.page(request, "groups/cluster_group.html",
-                             {"nav": "groups", "group": cluster_group_detail(backend, group)})
+        detail = cluster_group_detail(backend, group)
+        consumed, others = reset_topics(backend.topic_names(), detail["offsets"])
+        return renderer.page(request, "groups/cluster_group.html", {
+            "nav": "groups", "group": detail, "topics": consumed + others, "consumed_topics": consumed,
+            "reset_topic": reset if reset in consumed + others else None})
     now_ms = request.app.state.clock.now_ms()
     connected = client_rows(clients, group=group)
     data = group_detail(store, group, now_ms, known_elsewhere=bool(connected))
     dlq = data["dead_letters"]["topic"]
     links = {"dlq_topic_url": topic_url(dlq) if data["dead_letters"]["queues"] else None,
              "dlq_inbox_url": f"/groups/{quote(group, safe='')}/dead-letters"}
-    consumed, others = reset_topics(store, data["offsets"])
+    consumed, others = reset_topics(store.topics(), data["offsets"])
     done = {"settings_saved": saved == "settings", "reset_topic": reset if reset in consumed + others else None}
     return renderer.page(request, "groups/group.html", {
         "nav": "groups", "group": data, "topics": consumed + others, "consumed_topics": consumed, **done, **links,
@@ -86,20 +90,30 @@ def _reset_target(to: str, value: str | None) -> object:
 
 
 @router.post("/groups/{group}/offsets/reset")
-def reset_offsets(group: str, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
-                  renderer: RendererDep, actor: Configurer, topic: Annotated[str, Form(max_length=127)],
-                  to: Annotated[str, Form(max_length=16)], value: Annotated[str | None, Form(max_length=40)] = None,
+def reset_offsets(group: str, request: Request, store: StoreIfAnyDep, backend: BackendDep, sessions: SessionsDep,
+                  clock: ClockDep, renderer: RendererDep, actor: Configurer,
+                  topic: Annotated[str, Form(max_length=127)], to: Annotated[str, Form(max_length=16)],
+                  value: Annotated[str | None, Form(max_length=40)] = None,
                   queue_id: Annotated[str | None, Form(max_length=6)] = None,
                   reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None,
                   confirm: Annotated[bool, Form()] = False):
     """Without `confirm`: each queue's offset and lag before and after; with it: the reset."""
     target = _reset_target(to, value)
     queue = optional_int(queue_id, "Queue")
+    form = {"nav": "groups", "group": group, "topic": topic, "to": to, "value": value or "",
+            "queue_id": queue_id or "", "reason": reason or "",
+            "time_ms": target["time"] if isinstance(target, dict) and "time" in target else None}
     if not confirm:
+        if store is None:
+            planned = cluster_offset_reset.preview(backend, group, topic, target, queue)
+            return renderer.page(request, "groups/reset.html", {
+                **form, "rows": [asdict(r) for r in planned.queues], "on_cluster": True,
+                "consumers_online": planned.consumers_online, "problems": planned.problems})
         rows = offset_reset.plan(store, group, topic, target, queue)
-        return renderer.page(request, "groups/reset.html", {
-            "nav": "groups", "group": group, "topic": topic, "rows": [asdict(r) for r in rows], "to": to,
-            "value": value or "", "queue_id": queue_id or "", "reason": reason or "",
-            "time_ms": target["time"] if isinstance(target, dict) and "time" in target else None})
-    offset_reset.reset(store, sessions, clock, group, topic, target, actor=actor, queue_id=queue, reason=reason)
+        return renderer.page(request, "groups/reset.html", {**form, "rows": [asdict(r) for r in rows]})
+    if store is None:
+        cluster_offset_reset.reset(backend, sessions, clock, group, topic, target, actor=actor, queue_id=queue,
+                                   reason=reason)
+    else:
+        offset_reset.reset(store, sessions, clock, group, topic, target, actor=actor, queue_id=queue, reason=reason)
     return RedirectResponse(f"/groups/{quote(group, safe='')}?{urlencode({'reset': topic})}", status_code=303)

@@ -6,9 +6,11 @@ from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Header
+from sqlalchemy.orm import Session, sessionmaker
 
-from app.deps import BackendDep, ClockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClockDep, SessionsDep, StoreDep, StoreIfAnyDep
 from app.params import ConsumerGroupPath, GroupPath
+from app.roles import Principal
 from app.routes import error_responses
 from app.schemas import (
     GroupOut,
@@ -22,8 +24,10 @@ from app.schemas import (
     QueueResetOut,
 )
 from app.security import READ, Configurer
-from app.services import groups, offset_reset
+from app.services import cluster_offset_reset, groups, offset_reset
+from backend.protocol import Backend
 from store.broker.metadata import GroupConfig, checked_group
+from store.clock import Clock
 
 router = APIRouter(tags=["groups"])
 
@@ -64,15 +68,33 @@ def put_group(group: ConsumerGroupPath, update: GroupUpdate, store: StoreDep, se
 
 
 @router.post("/api/groups/{group}/offsets/reset", response_model=OffsetResetResponse,
-             responses=error_responses(400, 404, 409, 422))
-def reset_offsets(group: ConsumerGroupPath, body: OffsetResetRequest, store: StoreDep, sessions: SessionsDep,
-                  clock: ClockDep, actor: Configurer) -> OffsetResetResponse:
+             responses=error_responses(400, 404, 409, 422, 424))
+def reset_offsets(group: ConsumerGroupPath, body: OffsetResetRequest, store: StoreIfAnyDep, backend: BackendDep,
+                  sessions: SessionsDep, clock: ClockDep, actor: Configurer) -> OffsetResetResponse:
     """Move the group's consumer offsets of a topic to its earliest or latest message, a time or
     an exact offset, on one queue or all. `dry_run` shows each queue's offset and lag before
-    and after; otherwise it is applied (audited) and consumers, pull and pop, go on from there."""
+    and after; otherwise it is applied (audited) and consumers, pull and pop, go on from there.
+    On a live cluster each queue names its broker (`queue_id` names that queue on every broker);
+    with consumers of the group online on the topic the brokers tell them (the whole topic, to
+    the earliest, the latest or a time; one queue or an exact offset: 409), otherwise the
+    committed offsets are written. Brokers that did not answer are named in `problems`."""
+    if store is None:
+        return _reset_on_cluster(group, body, backend, sessions, clock, actor)
     if body.dry_run:
         rows = offset_reset.plan(store, group, body.topic, body.to, body.queue_id)
     else:
         rows = offset_reset.reset(store, sessions, clock, group, body.topic, body.to, actor=actor,
                                   queue_id=body.queue_id, reason=body.reason)
     return OffsetResetResponse(applied=not body.dry_run, queues=[QueueResetOut(**asdict(r)) for r in rows])
+
+
+def _reset_on_cluster(group: str, body: OffsetResetRequest, backend: Backend, sessions: sessionmaker[Session],
+                      clock: Clock, actor: Principal) -> OffsetResetResponse:
+    if body.dry_run:
+        done = cluster_offset_reset.preview(backend, group, body.topic, body.to, body.queue_id)
+    else:
+        done = cluster_offset_reset.reset(backend, sessions, clock, group, body.topic, body.to, actor=actor,
+                                          queue_id=body.queue_id, reason=body.reason)
+    return OffsetResetResponse(applied=not body.dry_run, queues=[QueueResetOut(**asdict(r)) for r in done.queues],
+                               complete=not done.problems, problems=done.problems,
+                               consumers_online=done.consumers_online, through=done.through)

@@ -74,6 +74,14 @@ def levels_in_use(store: MessageStore) -> dict[int, int]:
     return used
 
 
+def checked_levels(levels: str) -> None:
+    """A table that is no valid delay level table is refused (400), saying why."""
+    try:
+        parse_delay_levels(levels)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from None
+
+
 def dropped_levels(store: MessageStore, levels: str) -> dict[int, int]:
     """The levels in use that the table `levels` lacks: level -> messages waiting there now."""
     count = len(parse_delay_levels(levels))
@@ -90,10 +98,7 @@ def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock
     `expected_version`, a table changed since that version is refused (409) with the current
     one. A table without levels the store has used is refused unless `allow_dropped_levels`:
     producers asking for those levels get the last level's delay."""
-    try:
-        parse_delay_levels(levels)
-    except ValueError as exc:
-        raise InvalidRequestError(str(exc)) from None
+    checked_levels(levels)
     reason = audit.checked_reason(reason)
 
     def intent(s: Session, _entry_id: int) -> dict:
@@ -186,8 +191,12 @@ def history(sessions: sessionmaker[Session], store: MessageStore) -> list[Versio
                               .order_by(ConfigVersion.version)))
     if not rows:
         return []
-    before = original_delay_levels(store)
-    views = [VersionView(0, before, None, "", ORIGINAL_TABLE_TEXT, [])]
+    return version_views(VersionView(0, original_delay_levels(store), None, "", ORIGINAL_TABLE_TEXT, []), rows)
+
+
+def version_views(first: VersionView, rows: list[ConfigVersion]) -> list[VersionView]:
+    """`first`, then each recorded row with what changed from the one before, newest first."""
+    views, before = [first], first.levels
     for row in rows:
         try:
             changes = table_changes(before, row.value)

@@ -12,6 +12,8 @@ from app.models import AuditEntry
 from app.roles import Principal
 from app.services import audit, queue_view
 from app.services.errors import InvalidRequestError, NotFoundError
+from backend.embedded import EmbeddedBackend
+from backend.protocol import ResetTarget
 from store.clock import Clock
 from store.format import topics
 from store.message_store import MessageStore
@@ -45,28 +47,14 @@ def plan(store: MessageStore, group: str, topic: str, to: object, queue_id: int 
     store.metadata.group(group)  # checks the name
     topics.validate_topic(topic)
     kind, value = parse_target(to)
-    queues = {q: (lo, hi) for q, lo, hi in store.topics().get(topic, [])}
+    queues = {q for q, _, _ in store.topics().get(topic, [])}
     if not queues:
         raise NotFoundError(f"topic {topic} has no messages to reset to")
     if queue_id is not None and queue_id not in queues:
         raise NotFoundError(f"topic {topic} has no queue {queue_id}")
-    committed = store.offsets.of_group(group).get(topic, {})
-    rows = []
-    for q in sorted(queues) if queue_id is None else [queue_id]:
-        lo, hi = queues[q]
-        if kind == "earliest":
-            after = lo
-        elif kind == "latest":
-            after = hi
-        elif kind == "time":
-            after = store.queue_offset_by_time(topic, q, value)
-        else:
-            after = value
-        after = min(max(after, lo), hi)
-        before = committed.get(q)
-        rows.append(QueueReset(q, lo, hi, before, after, hi - max(before if before is not None else lo, lo),
-                               hi - after))
-    return rows
+    planned = EmbeddedBackend(store).plan_offset_reset(group, topic, ResetTarget(kind, value), queue_id)
+    return [QueueReset(r.queue_id, r.min_offset, r.max_offset, r.before, r.after, r.lag_before, r.lag_after)
+            for r in planned.queues]
 
 
 def reset(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, group: str, topic: str, to: object, *,

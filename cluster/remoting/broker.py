@@ -21,6 +21,7 @@ from cluster.remoting.models import (
     TopicStats,
     as_object,
     body_object,
+    reset_offset_table,
 )
 from store.errors import CorruptRecordError
 from store.format import codec
@@ -276,3 +277,28 @@ class BrokerAdmin:
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         return _offset_field(address, response)
+
+    async def update_consumer_offset(self, address: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """UPDATE_CONSUMER_OFFSET: set the group's committed offset on one of this broker's queues, as a
+        consumer's commit does (consumers online overwrite it with their own at their next commit)."""
+        await self.client.invoke_ok(address, request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset}))
+
+    async def reset_offset_by_time(self, address: str, group: str, topic: str, timestamp_ms: int) -> dict[int, int]:
+        """INVOKE_BROKER_TO_RESET_OFFSET, forced: the broker finds the offset of the time on each of its queues
+        of the topic (timestamp -1: their max offsets) and tells the group's consumers online to go on from
+        there. Answers queue id -> the offset set. The broker refuses (an error code) when no consumer of the
+        group is online or the group has no offset on one of the queues."""
+        response = await self.client.invoke_ok(address, request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {
+            "topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": True}))
+        return {queue_id: offset for (_, _, queue_id), offset in
+                reset_offset_table(body_object(response.body, "reset offset")).items()}
+
+    async def update_broker_config(self, address: str, settings: dict[str, str]) -> None:
+        """UPDATE_BROKER_CONFIG: the body is java properties text; the broker records the values in its
+        settings (and its config file). What it read at start-up only changes after a restart."""
+        for key, value in settings.items():
+            if not key.isidentifier() or any(c in value for c in "\\\r\n"):
+                raise ValueError(f"a broker setting {key!r} = {value!r} cannot be written as a properties line")
+        text = "".join(f"{key}={value}\n" for key, value in settings.items())
+        await self.client.invoke_ok(address, request(RequestCode.UPDATE_BROKER_CONFIG, body=text.encode()))

@@ -56,6 +56,16 @@ def _message_queue(key, table: str) -> tuple[str, str, int]:
     return _str(queue, "topic"), _str(queue, "brokerName"), _int(queue, "queueId", default=None)
 
 
+def reset_offset_table(obj: dict) -> dict[tuple[str, str, int], int]:
+    """ResetOffsetBody's offsetTable: message queue -> the offset the broker set."""
+    table = {}
+    for key, value in as_object(obj.get("offsetTable"), "offsetTable").items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CodecError(f"offsetTable holds an offset that is not an integer: {value!r}")
+        table[_message_queue(key, "offsetTable")] = value
+    return table
+
+
 def body_object(body: bytes, what: str) -> dict:
     """A response body that must hold a JSON object (fastjson's form)."""
     try:

@@ -52,7 +52,7 @@ def test_the_cluster_api_and_page_show_what_mqadmin_cluster_list_shows(rocketmq,
 
 def test_what_needs_the_embedded_store_is_a_clear_409_on_a_cluster(rocketmq, tmp_path):
     with console_on(rocketmq, tmp_path) as server, server.client() as client:
-        for path in ("/api/dlq/some_group/messages.csv", "/api/config/delay-levels"):
+        for path in ("/api/dlq/some_group/messages.csv", "/api/config/delay-levels/preview?levels=1s"):
             r = client.get(path)
             assert r.status_code == 409, (path, r.text)
             assert "live RocketMQ cluster" in r.json()["error"] and rocketmq.namesrv in r.json()["error"]

@@ -338,3 +338,32 @@ def test_topics_of_a_cluster_read_the_topic_list_and_refuse_a_wrong_one():
     assert asyncio.run(main(b'{"topicList":["b","a"]}')) == (["a", "b"], {"cluster": "C"})
     with pytest.raises(CodecError):
         asyncio.run(main(b'{"topicList":{"a":1}}'))
+
+
+def test_offset_resets_and_broker_config_writes_send_what_the_broker_reads():
+    reset_body = (b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:3,'
+                  b'{"brokerName":"broker-a","queueId":1,"topic":"T"}:0}}')
+
+    async def calls(broker, address):
+        await broker.update_consumer_offset(address, "G", "T", 1, 7)
+        set_to = await broker.reset_offset_by_time(address, "G", "T", -1)
+        await broker.update_broker_config(address, {"messageDelayLevel": "1s 5s"})
+        with pytest.raises(ValueError):
+            await broker.update_broker_config(address, {"messageDelayLevel": "1s\nbrokerPermission=0"})
+        return set_to
+
+    set_to, received = call_broker(calls, {RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: reset_body})
+    assert set_to == {0: 3, 1: 0}
+    assert [cmd.code for cmd in received] == [RequestCode.UPDATE_CONSUMER_OFFSET,
+                                              RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                                              RequestCode.UPDATE_BROKER_CONFIG]
+    assert received[0].ext_fields == {"consumerGroup": "G", "topic": "T", "queueId": "1", "commitOffset": "7"}
+    assert received[1].ext_fields == {"topic": "T", "group": "G", "timestamp": "-1", "isForce": "true"}
+    assert received[2].body == b"messageDelayLevel=1s 5s\n"
+
+
+def test_a_reset_answer_with_an_offset_that_is_not_a_number_is_a_codec_error():
+    body = b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:"x"}}'
+    with pytest.raises(CodecError):
+        call_broker(lambda broker, address: broker.reset_offset_by_time(address, "G", "T", 0),
+                    {RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: body})
