@@ -56,7 +56,7 @@ def test_what_needs_the_embedded_store_is_a_clear_409_on_a_cluster(rocketmq, tmp
             r = client.get(path)
             assert r.status_code == 409, (path, r.text)
             assert "live RocketMQ cluster" in r.json()["error"] and rocketmq.namesrv in r.json()["error"]
-        page = client.get("/config/delay-levels", headers=HTML)
+        page = client.get("/topics/Orders/queues/0", headers=HTML)
         assert page.status_code == 409 and "live RocketMQ cluster" in page.text and "Traceback" not in page.text
         produce = client.post("/api/topics/Orders/messages", json={"body": "x"})
         assert produce.status_code == 409 and "live RocketMQ cluster" in produce.json()["error"]
