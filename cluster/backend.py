@@ -18,12 +18,15 @@ from typing import TypeVar
 from backend.protocol import (
     BackendUnavailable,
     BackendView,
+    ClientTrace,
+    DelayTables,
     GroupConnections,
     GroupList,
     GroupProgress,
     GroupView,
     KeyMatches,
     QueueActivity,
+    RecordedProgress,
     TopicList,
     TopicView,
 )
@@ -36,6 +39,7 @@ from cluster.remoting.acl import AclCredentials
 from cluster.remoting.broker import BrokerAdmin
 from cluster.remoting.client import ClientOptions, RemotingClient
 from cluster.remoting.namesrv import NameServerAdmin
+from cluster.timeline import ClusterTimeline
 from cluster.topic_views import ClusterTopics
 from store.errors import InvalidIdError
 from store.format.codec import StoredMessage
@@ -63,6 +67,7 @@ class ClusterBackend:
         self.topic_views = ClusterTopics(self.ctx)
         self.group_views = ClusterGroups(self.ctx, self.topic_views)
         self.lookups = ClusterLookups(self.ctx)
+        self.timeline = ClusterTimeline(self.ctx)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="cluster-io", daemon=True)
         self._thread.start()
@@ -131,3 +136,21 @@ class ClusterBackend:
 
     def read_at(self, topic: str, queue_id: int, queue_offset: int, broker: str | None = None) -> StoredMessage:
         return self.run(lambda: self.lookups.read_at(topic, queue_id, queue_offset, broker))
+
+    # -- timeline
+    def recorded_events(self, unique_key: str) -> list:
+        """None: mqlens records its own trace events only in the embedded store."""
+        return []
+
+    def client_trace(self, unique_key: str) -> ClientTrace:
+        return self.run(lambda: self.timeline.client_trace(unique_key))
+
+    def delay_tables(self, copies: list[StoredMessage]) -> DelayTables:
+        return self.run(lambda: self.timeline.delay_tables(copies))
+
+    def consumer_progress(self, topic_names: list[str]) -> RecordedProgress:
+        return self.run(lambda: self.timeline.consumer_progress(topic_names))
+
+    def settled_half_offsets(self) -> None:
+        """Not read on a cluster: whether a half message was rolled back or still waits is unknown."""
+        return None

@@ -76,7 +76,7 @@ def test_every_lookup_answers_as_mqadmin_does_and_the_pages_show_it(rocketmq, tm
         assert 'data-testid="not-served"' in page.text and "Traceback" not in page.text
         twin = client.get(f"/messages/{sent[0]['offsetMsgId']}.json").json()
         assert twin["message"]["topic"] == topic and twin["body"]["text"] == "hello 0"
-        assert "retry timeline" in twin["not_served"] and twin["copies"] == []
+        assert "client trace" in twin["not_served"] and twin["copies"] == []
         body = client.get(f"/messages/{sent[0]['offsetMsgId']}/body")
         assert body.content == b"hello 0"
 
