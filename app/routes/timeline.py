@@ -16,7 +16,7 @@ router = APIRouter(tags=["messages"])
 
 
 @router.get("/api/messages/{message_id}/timeline", dependencies=[READ], response_model=TimelineResponse,
-            response_model_exclude_none=True, responses=error_responses(400, 404))
+            response_model_exclude_none=True, responses=error_responses(400, 404, 424))
 def timeline(message_id: MessageIdPath, backend: BackendDep) -> dict:
     """Every recorded event of a message, oldest first, across its copies (original, scheduled,
     retry, dead letter, resent): stored, scheduled, released, delivered, acked, failed,

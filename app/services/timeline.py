@@ -132,7 +132,7 @@ def _narrowed(backend: Backend, keys: list[str], anchor: StoredMessage | None, p
     problems += narrowed.progress.problems
     groups = {c.group for c in contexts if c.type != TraceType.PUB and c.group}
     groups |= ConsumerProgress(narrowed.progress).groups_on(topic)
-    near = [topic, topics.SCHEDULE_TOPIC] + [anchor.topic] * (anchor is not None)
+    near = [topic, topics.SCHEDULE_TOPIC] + ([anchor.topic] if anchor is not None else [])
     near += [name for group in sorted(groups) for name in (topics.retry_topic(group), topics.dlq_topic(group))]
     narrowed.topic_names = list(dict.fromkeys(near))
     return narrowed
