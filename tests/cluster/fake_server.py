@@ -8,7 +8,10 @@ import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 
-from cluster.remoting.command import RemotingCommand
+import orjson
+
+from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.command import RemotingCommand, response_to
 from cluster.remoting.frame import FRAME_LENGTH, decode_frame_payload, encode_frame, frame_length
 
 Handler = Callable[["Peer", RemotingCommand], Awaitable[None]]
@@ -86,3 +89,30 @@ def fake_server_thread(handler: Handler, port: int = 0):
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+def route(topic: str, brokers: dict[str, str]) -> bytes:
+    """A route body: the topic on each broker (name -> address) of cluster C, one queue each."""
+    return orjson.dumps({
+        "queueDatas": [{"brokerName": name, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6} for name in brokers],
+        "brokerDatas": [{"cluster": "C", "brokerName": name, "brokerAddrs": {"0": address}}
+                        for name, address in brokers.items()]})
+
+
+def name_server_of(brokers: dict[str, str], topic_names: list[str]) -> Handler:
+    """A name server of cluster C: these brokers (name -> address), these topics, each on every broker."""
+
+    async def name_server(peer: Peer, cmd: RemotingCommand) -> None:
+        answer = response_to(cmd, ResponseCode.SUCCESS)
+        if cmd.code == RequestCode.GET_BROKER_CLUSTER_INFO:
+            answer.body = orjson.dumps({
+                "brokerAddrTable": {n: {"cluster": "C", "brokerName": n, "brokerAddrs": {"0": a}}
+                                    for n, a in brokers.items()},
+                "clusterAddrTable": {"C": sorted(brokers)}})
+        elif cmd.code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
+            answer.body = orjson.dumps({"topicList": topic_names})
+        elif cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            answer.body = route(cmd.ext_fields["topic"], brokers)
+        await peer.send(answer)
+
+    return name_server

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import time
 
-import orjson
 import pytest
 
-from cluster.remoting.codes import RequestCode, ResponseCode
+from cluster.remoting.codes import ResponseCode
 from cluster.remoting.command import RemotingCommand, response_to
 from tests.cluster.console import console_on
-from tests.cluster.fake_server import Peer, fake_server_thread
+from tests.cluster.fake_server import Peer, fake_server_thread, name_server_of
 from tests.cluster.test_remoting_fixture import query_msg_by_id_fields, query_msg_by_key_rows, unique
 from tests.live_server import LiveServer, free_port, wait_until
 
@@ -93,13 +92,6 @@ def test_every_lookup_answers_as_mqadmin_does_and_the_pages_show_it(rocketmq, tm
         assert "Traceback" not in server.log_text()
 
 
-def route(topic: str, brokers: dict[str, str]) -> bytes:
-    return orjson.dumps({
-        "queueDatas": [{"brokerName": name, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6} for name in brokers],
-        "brokerDatas": [{"cluster": "C", "brokerName": name, "brokerAddrs": {"0": address}}
-                        for name, address in brokers.items()]})
-
-
 def test_a_broker_that_does_not_answer_gives_a_partial_answer_naming_it_within_the_deadline(tmp_path):
     namesrv_port = free_port()
     settings = {"namesrv": f"127.0.0.1:{namesrv_port}", "cluster_request_timeout_ms": 500,
@@ -112,21 +104,7 @@ def test_a_broker_that_does_not_answer_gives_a_partial_answer_naming_it_within_t
         await peer.send(response_to(cmd, ResponseCode.QUERY_NOT_FOUND))
 
     with fake_server_thread(silent) as dead, fake_server_thread(finds_nothing) as alive:
-        brokers = {"broker-x": dead, "broker-y": alive}
-
-        async def name_server(peer: Peer, cmd: RemotingCommand) -> None:
-            answer = response_to(cmd, ResponseCode.SUCCESS)
-            if cmd.code == RequestCode.GET_BROKER_CLUSTER_INFO:
-                answer.body = orjson.dumps({
-                    "brokerAddrTable": {n: {"cluster": "C", "brokerName": n, "brokerAddrs": {"0": a}}
-                                        for n, a in brokers.items()},
-                    "clusterAddrTable": {"C": sorted(brokers)}})
-            elif cmd.code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
-                answer.body = orjson.dumps({"topicList": ["Orders", "Payments"]})
-            elif cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-                answer.body = route(cmd.ext_fields["topic"], brokers)
-            await peer.send(answer)
-
+        name_server = name_server_of({"broker-x": dead, "broker-y": alive}, ["Orders", "Payments"])
         with fake_server_thread(name_server, namesrv_port), \
                 LiveServer(tmp_path / "data", tmp_path / "server.log", settings) as server, server.client() as client:
             server.start()

@@ -14,8 +14,7 @@ from cluster.remoting.command import RemotingCommand, response_to
 from store.format import codec, topics
 from store.format.hosts import HostAddress
 from tests.cluster.console import console_on
-from tests.cluster.fake_server import Peer, fake_server_thread
-from tests.cluster.test_cluster_lookups import route
+from tests.cluster.fake_server import Peer, fake_server_thread, name_server_of
 from tests.cluster.test_remoting_fixture import unique
 from tests.live_server import LiveServer, free_port, wait_until
 
@@ -119,21 +118,7 @@ def test_a_broker_that_does_not_answer_leaves_a_partial_timeline_naming_it(tmp_p
 
     with fake_server_thread(silent) as dead, fake_server_thread(holds_the_message) as alive:
         alive_address.append(alive)
-        brokers = {"broker-x": dead, "broker-y": alive}
-
-        async def name_server(peer: Peer, cmd: RemotingCommand) -> None:
-            answer = response_to(cmd, ResponseCode.SUCCESS)
-            if cmd.code == RequestCode.GET_BROKER_CLUSTER_INFO:
-                answer.body = orjson.dumps({
-                    "brokerAddrTable": {n: {"cluster": "C", "brokerName": n, "brokerAddrs": {"0": a}}
-                                        for n, a in brokers.items()},
-                    "clusterAddrTable": {"C": sorted(brokers)}})
-            elif cmd.code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
-                answer.body = orjson.dumps({"topicList": ["Orders", topics.TRACE_TOPIC]})
-            elif cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-                answer.body = route(cmd.ext_fields["topic"], brokers)
-            await peer.send(answer)
-
+        name_server = name_server_of({"broker-x": dead, "broker-y": alive}, ["Orders", topics.TRACE_TOPIC])
         with fake_server_thread(name_server, namesrv_port), \
                 LiveServer(tmp_path / "data", tmp_path / "server.log", settings) as server, server.client() as client:
             server.start()
