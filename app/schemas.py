@@ -454,6 +454,9 @@ class TimelineResponse(BaseModel):
     hops: list[HopOut] = Field(description="Every hop in time order.")
     verdicts: list[VerdictOut] = Field(description="Where the message stands for each consumer group.")
     transaction: TransactionOut | None = Field(None, description="A message sent in a transaction: where it stands.")
+    complete: bool = Field(True, description="False: a broker did not answer in time (see problems); what it "
+                           "holds is missing.")
+    problems: list[str] = Field(default_factory=list, description="On a live cluster: what did not answer, and why.")
 
 
 class TopicDestination(Strict):

@@ -10,24 +10,33 @@ from backend.protocol import (
     BrokerSetting,
     BrokerSettingValue,
     BrokerView,
+    ClientTrace,
     ClusterView,
     DeadLetterPage,
     DeadLetterWindow,
+    DelayTables,
     GroupList,
     GroupProgress,
     GroupSummary,
     GroupView,
+    InFlight,
     KeyMatches,
     OffsetResetDone,
     OffsetResetPlan,
     QueueActivity,
     QueueOffsets,
+    ReceiveState,
+    RecordedProgress,
     ResetTarget,
     TopicList,
     TopicView,
     queue_reset,
 )
+from store.broker.client_trace import client_trace_of
 from store.broker.metadata import GroupConfig, TopicConfig
+from store.broker.offsets import KEY_SEPARATOR
+from store.broker.trace import TraceEvent
+from store.broker.transactions import ended_offsets
 from store.errors import MessageNotFoundError, StoreError
 from store.format import ids, topics
 from store.format.codec import StoredMessage
@@ -35,6 +44,7 @@ from store.message_store import MessageStore
 
 EMBEDDED_CLUSTER = "mqlens"
 EMBEDDED_BROKER = "mqlens"  # the broker name the gRPC front's routes give too
+MAX_TRANSACTION_ENDS_READ = 100_000  # the newest op records read to tell whether a half message ended
 
 
 class EmbeddedBackend:
@@ -196,6 +206,41 @@ class EmbeddedBackend:
             return "unknown"
         committed = self.store.offsets.get(copy.topic, group, copy.queue_id)
         return "consumed" if committed is not None and committed > copy.queue_offset else "pending"
+
+    # -- timeline
+    def recorded_events(self, unique_key: str) -> list[TraceEvent]:
+        return self.store.timeline(unique_key)
+
+    def client_trace(self, unique_key: str) -> ClientTrace:
+        return ClientTrace(client_trace_of(self.store, unique_key))
+
+    def delay_tables(self, copies: list[StoredMessage]) -> DelayTables:
+        return DelayTables(self.store.delay_levels)
+
+    def consumer_progress(self, topic_names: list[str]) -> RecordedProgress:
+        with self.store.offsets.lock:
+            table = self.store.offsets.table_json()
+        offsets = {tuple(key.rsplit(KEY_SEPARATOR, 1)): {int(q): o for q, o in queues.items()}
+                   for key, queues in table.items()}
+        receive = {(sub.group, sub.topic): ReceiveState(
+            dict(sub.cursors), {key: InFlight(e.attempt, e.due_ms, e.handed_out, e.last_failure)
+                                for key, e in list(sub.entries.items())}) for sub in list(self.store.pop.state)}
+        return RecordedProgress(offsets, receive)
+
+    def settled_half_offsets(self) -> tuple[set[int], bool]:
+        settled: set[int] = set()
+        complete = True
+        for queue_id, low, high in self.store.topics().get(topics.TRANS_OP_HALF_TOPIC, []):
+            first = max(low, high - MAX_TRANSACTION_ENDS_READ)
+            complete = complete and first == low
+            for offset in range(first, high):
+                try:
+                    body = self.store.get_by_queue_offset(topics.TRANS_OP_HALF_TOPIC, queue_id, offset).body
+                except StoreError:
+                    continue
+                settled.update(ended_offsets(body))
+        return settled, complete
+
 
 def _group_view(config: GroupConfig, configured: bool) -> GroupView:
     return GroupView(config.name, config.max_reconsume_times, config.consume_mode, config.message_model,

@@ -11,7 +11,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
+from store.broker.trace import TraceEvent
+from store.format.client_trace import ClientTraceContext
 from store.format.codec import StoredMessage
+from store.format.delay_levels import DelayLevels
 
 BackendKind = Literal["embedded", "cluster"]
 
@@ -206,6 +209,46 @@ class DeadLetterPage:
     whole: bool = False  # every dead letter of the window from `before` on is in this page
 
 
+# -- timeline
+@dataclass(frozen=True)
+class ClientTrace:
+    contexts: list[ClientTraceContext]  # by time stamp
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A message a group received (pop) and has not acknowledged yet."""
+
+    attempt: int
+    due_ms: int  # invisible until (handed out) or next attempt (waiting)
+    handed_out: bool
+    last_failure: str | None
+
+
+@dataclass(frozen=True)
+class ReceiveState:
+    """A group's receive (pop) progress on a topic."""
+
+    cursors: dict[int, int]  # queue id -> next offset to hand out
+    in_flight: dict[tuple[int, int], InFlight]  # (queue id, queue offset) -> the entry
+
+
+@dataclass(frozen=True)
+class RecordedProgress:
+    """What the backend records of the groups' progress."""
+
+    offsets: dict[tuple[str, str], dict[int, int]]  # (topic, group) -> queue id -> committed consumer offset
+    receive: dict[tuple[str, str], ReceiveState] = field(default_factory=dict)  # (group, topic) -> its state
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DelayTables:
+    levels: DelayLevels  # the delay levels scheduled copies wait by
+    problems: list[str] = field(default_factory=list)
+
+
 class Backend(Protocol):
     kind: BackendKind
 
@@ -316,6 +359,30 @@ class Backend(Protocol):
 
     def update_broker_setting(self, key: str, value: str) -> BrokerSetting:
         """Write one setting on every broker; answers what each broker has after the write."""
+        ...
+
+
+    # -- timeline
+    def recorded_events(self, unique_key: str) -> list[TraceEvent]:
+        """mqlens's own trace events of the message, oldest first (none on a cluster)."""
+        ...
+
+    def client_trace(self, unique_key: str) -> ClientTrace:
+        """The RocketMQ clients' trace contexts about the message (RMQ_SYS_TRACE_TOPIC)."""
+        ...
+
+    def delay_tables(self, copies: list[StoredMessage]) -> DelayTables:
+        """The delay levels in force where these copies were stored."""
+        ...
+
+    def consumer_progress(self, topic_names: list[str]) -> RecordedProgress:
+        """The groups' committed offsets and receive state, at least on these topics and on every
+        topic of the groups consuming them."""
+        ...
+
+    def settled_half_offsets(self) -> tuple[set[int], bool] | None:
+        """The transaction half messages' queue offsets an end settles, and whether every end was
+        read; None where the backend cannot tell."""
         ...
 
 

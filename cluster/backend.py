@@ -19,8 +19,10 @@ from backend.protocol import (
     BackendUnavailable,
     BackendView,
     BrokerSetting,
+    ClientTrace,
     DeadLetterPage,
     DeadLetterWindow,
+    DelayTables,
     GroupConnections,
     GroupList,
     GroupProgress,
@@ -29,6 +31,7 @@ from backend.protocol import (
     OffsetResetDone,
     OffsetResetPlan,
     QueueActivity,
+    RecordedProgress,
     ResetTarget,
     TopicList,
     TopicView,
@@ -45,6 +48,7 @@ from cluster.remoting.acl import AclCredentials
 from cluster.remoting.broker import BrokerAdmin
 from cluster.remoting.client import ClientOptions, RemotingClient
 from cluster.remoting.namesrv import NameServerAdmin
+from cluster.timeline import ClusterTimeline
 from cluster.topic_views import ClusterTopics
 from store.errors import InvalidIdError
 from store.format import topics
@@ -76,6 +80,7 @@ class ClusterBackend:
         self.dead_letters = ClusterDeadLetters(self.ctx, self.topic_views, self.lookups)
         self.offsets = ClusterOffsets(self.ctx, self.topic_views, self.group_views)
         self.broker_settings = ClusterBrokerSettings(self.ctx)
+        self.timeline = ClusterTimeline(self.ctx)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="cluster-io", daemon=True)
         self._thread.start()
@@ -179,3 +184,21 @@ class ClusterBackend:
 
     def update_broker_setting(self, key: str, value: str) -> BrokerSetting:
         return self.run(lambda: self.broker_settings.write(key, value))
+
+    # -- timeline
+    def recorded_events(self, unique_key: str) -> list:
+        """None: mqlens records its own trace events only in the embedded store."""
+        return []
+
+    def client_trace(self, unique_key: str) -> ClientTrace:
+        return self.run(lambda: self.timeline.client_trace(unique_key))
+
+    def delay_tables(self, copies: list[StoredMessage]) -> DelayTables:
+        return self.run(lambda: self.timeline.delay_tables(copies))
+
+    def consumer_progress(self, topic_names: list[str]) -> RecordedProgress:
+        return self.run(lambda: self.timeline.consumer_progress(topic_names))
+
+    def settled_half_offsets(self) -> None:
+        """Not read on a cluster: whether a half message was rolled back or still waits is unknown."""
+        return None

@@ -22,8 +22,9 @@ from app.services import resend as resend_service
 from app.services.audit import MAX_REASON
 from app.services.errors import ForbiddenError, InvalidRequestError
 from backend.embedded import EmbeddedBackend
-from store.broker.client_trace import ClientTraceContext, TraceType, client_trace_of
+from store.broker.client_trace import client_trace_of
 from store.format import topics
+from store.format.client_trace import ClientTraceContext, TraceType
 from store.format.codec import StoredMessage
 from store.message_store import MessageStore
 
@@ -34,7 +35,7 @@ HEX_PREVIEW_BYTES = 4 * 1024
 BodyView = Literal["text", "json", "hex", "base64"]
 VIEWS: tuple[BodyView, ...] = get_args(BodyView)
 # What the message page shows only from the embedded store so far; on a live cluster it says so.
-NOT_YET_ON_A_CLUSTER = ("other copies", "retry timeline", "client trace", "transaction state", "dead-letter actions")
+NOT_YET_ON_A_CLUSTER = ("other copies", "client trace", "transaction state", "dead-letter actions")
 
 
 def hex_dump(data: bytes) -> str:

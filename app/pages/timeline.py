@@ -7,7 +7,7 @@ import secrets
 
 from fastapi import APIRouter, Request
 
-from app.deps import StoreDep
+from app.deps import BackendDep
 from app.pages import RendererDep
 from app.pages.timeline_svg import timeline_layout
 from app.presenters import message_summary
@@ -16,8 +16,9 @@ from app.services import resend as resend_service
 from app.services import timeline as service
 from app.services.errors import InvalidRequestError
 from app.services.timeline import MessageTimeline
+from backend.embedded import EmbeddedBackend
+from backend.protocol import Backend
 from store.format import topics
-from store.message_store import MessageStore
 
 router = APIRouter(include_in_schema=False)
 
@@ -34,9 +35,12 @@ def _identity(found: MessageTimeline) -> dict:
             "keys": first.keys, "born_timestamp": first.born_timestamp, "store_timestamp": first.store_timestamp}
 
 
-def _dead_letters(store: MessageStore, found: MessageTimeline) -> dict[str, dict]:
-    """Per group whose verdict is dead-lettered: its newest dead letter and where a resend takes it."""
-    dead = {}
+def _dead_letters(backend: Backend, found: MessageTimeline) -> dict[str, dict]:
+    """Per group whose verdict is dead-lettered: its newest dead letter and where a resend takes it
+    (resending is the embedded store's)."""
+    if not isinstance(backend, EmbeddedBackend):
+        return {}
+    store, dead = backend.store, {}
     for verdict in found.verdicts:
         if verdict.state != "dead_lettered":
             continue
@@ -51,11 +55,11 @@ def _dead_letters(store: MessageStore, found: MessageTimeline) -> dict[str, dict
     return dead
 
 
-def timeline_data(store: MessageStore, message_id: str) -> dict:
-    found = service.message_timeline(store, message_id)
+def timeline_data(backend: Backend, message_id: str) -> dict:
+    found = service.message_timeline(backend, message_id)
     groups = [verdict.group for verdict in found.verdicts]
     return {
-        "dead_letters": _dead_letters(store, found),
+        "dead_letters": _dead_letters(backend, found),
         "click_key": secrets.token_urlsafe(16),
         "id": message_id,
         "message": _identity(found),
@@ -68,10 +72,12 @@ def timeline_data(store: MessageStore, message_id: str) -> dict:
         "copies": [message_summary(m) for m in found.copies],
         "chart": timeline_layout(found.hops, groups),
         "api_url": f"/api/messages/{message_id}/timeline",
+        "complete": not found.problems,
+        "problems": found.problems,
     }
 
 
 @router.get("/messages/{message_id}/timeline", dependencies=[READ])
-def timeline_page(message_id: str, request: Request, store: StoreDep, renderer: RendererDep):
-    data = timeline_data(store, message_id)
+def timeline_page(message_id: str, request: Request, backend: BackendDep, renderer: RendererDep):
+    data = timeline_data(backend, message_id)
     return renderer.page(request, "messages/timeline.html", {**data, "nav": "search"})

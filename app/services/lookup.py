@@ -72,22 +72,36 @@ def stored_or_none(source: Source, offset_msg_id: str) -> StoredMessage | None:
 def all_copies(source: Source, unique_keys: list[str], anchor: StoredMessage | None = None) -> list[StoredMessage]:
     """Every copy with one of the unique keys in any topic, the anchor, and the copies their
     ORIGIN_MESSAGE_ID names, oldest first."""
+    return copies_of(source, unique_keys, anchor).messages
+
+
+def copies_of(source: Source, unique_keys: list[str], anchor: StoredMessage | None = None,
+              topic_names: list[str] | None = None) -> Found:
+    """all_copies, looked up in these topics only when they are given, with the problems of a
+    cluster's brokers that did not answer."""
     backend = backend_of(source)
-    found: dict[int, StoredMessage] = {}
+    found: dict[str, StoredMessage] = {}
     if anchor is not None:
-        found[anchor.phys_offset] = anchor
+        found[anchor.offset_msg_id] = anchor
+    truncated, problems = False, []
     for key in dict.fromkeys(unique_keys):
         try:
-            copies = by_unique_key(backend, key, max_results=MAX_QUERY_RESULTS).messages
+            if topic_names is None:
+                matches = by_unique_key(backend, key, max_results=MAX_QUERY_RESULTS)
+            else:
+                matches = backend.query_key(_check_key(key), topic_names, 0, FAR_FUTURE_MS, MAX_QUERY_RESULTS, True)
         except InvalidRequestError:  # a key the index cannot be asked for (spaces, too long)
             continue
-        for msg in copies:
-            found[msg.phys_offset] = msg
+        truncated |= matches.truncated
+        problems += [p for p in matches.problems if p not in problems]
+        for msg in matches.messages:
+            found[msg.offset_msg_id] = msg
     for msg in list(found.values()):
         origin = msg.properties.get(topics.ORIGIN_MESSAGE_ID)
         if origin and (named := stored_or_none(backend, origin)) is not None:
-            found.setdefault(named.phys_offset, named)
-    return sorted(found.values(), key=lambda m: (m.store_timestamp, m.phys_offset))
+            found.setdefault(named.offset_msg_id, named)
+    copies = sorted(found.values(), key=lambda m: (m.store_timestamp, m.phys_offset))
+    return Found(copies, truncated, topic_names or [], problems=problems)
 
 
 def by_queue_offset(source: Source, topic: str, queue_id: int, queue_offset: int,

@@ -9,7 +9,7 @@ the trace reports is not told again from its retry copy."""
 from __future__ import annotations
 
 from app.services.timeline_hops import Hop
-from store.broker.client_trace import ClientTraceContext, TraceType, TransactionState
+from store.format.client_trace import ClientTraceContext, TraceType, TransactionState
 
 TRANSACTION_ENDS = {TransactionState.COMMIT: "committed", TransactionState.ROLLBACK: "rolled back",
                     TransactionState.UNKNOWN: "left unknown (the broker asks the producer again)"}

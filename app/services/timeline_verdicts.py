@@ -8,9 +8,8 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from app.services.timeline_hops import Hop
-from store.broker.offsets import KEY_SEPARATOR, offset_key
+from backend.protocol import InFlight, RecordedProgress
 from store.format import topics
-from store.message_store import MessageStore
 
 VerdictState = Literal["consumed", "retry_pending", "dead_lettered", "pending", "unknown"]
 
@@ -29,46 +28,33 @@ class Verdict:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class InFlight:
-    attempt: int
-    due_ms: int  # invisible until (handed out) or next attempt (waiting)
-    handed_out: bool
-    last_failure: str | None
-
-
 class ConsumerProgress:
-    """What the store records of the groups: committed consumer offsets and receive state."""
+    """What the backend records of the groups: committed consumer offsets and receive state."""
 
-    def __init__(self, store: MessageStore):
-        with store.offsets.lock:
-            self._offsets = store.offsets.table_json()
-        self._subscriptions = {(sub.group, sub.topic): sub for sub in list(store.pop.state)}
+    def __init__(self, recorded: RecordedProgress):
+        self._offsets = recorded.offsets
+        self._receive = recorded.receive
 
     @property
     def any_recorded(self) -> bool:
-        return bool(self._offsets or self._subscriptions)
+        return bool(self._offsets or self._receive)
 
     def groups_on(self, topic: str) -> set[str]:
-        pairs = [key.rsplit(KEY_SEPARATOR, 1) for key in self._offsets]
-        found = {group for offsets_topic, group in pairs if offsets_topic == topic}
-        return found | {group for group, sub_topic in self._subscriptions if sub_topic == topic}
+        found = {group for offsets_topic, group in self._offsets if offsets_topic == topic}
+        return found | {group for group, receive_topic in self._receive if receive_topic == topic}
 
     def offset(self, topic: str, group: str, queue_id: int) -> int | None:
-        return self._offsets.get(offset_key(topic, group), {}).get(str(queue_id))
+        return self._offsets.get((topic, group), {}).get(queue_id)
 
     def handed_out_past(self, topic: str, group: str, queue_id: int, queue_offset: int) -> bool:
         """Receive handed the message out to the group and no longer tracks it: it was acknowledged."""
-        sub = self._subscriptions.get((group, topic))
-        return (sub is not None and sub.cursors.get(queue_id, 0) > queue_offset
-                and (queue_id, queue_offset) not in sub.entries)
+        state = self._receive.get((group, topic))
+        return (state is not None and state.cursors.get(queue_id, 0) > queue_offset
+                and (queue_id, queue_offset) not in state.in_flight)
 
     def in_flight(self, topic: str, group: str, queue_id: int, queue_offset: int) -> InFlight | None:
-        sub = self._subscriptions.get((group, topic))
-        entry = sub.entries.get((queue_id, queue_offset)) if sub is not None else None
-        if entry is None:
-            return None
-        return InFlight(entry.attempt, entry.due_ms, entry.receipt_handle is not None, entry.last_failure)
+        state = self._receive.get((group, topic))
+        return state.in_flight.get((queue_id, queue_offset)) if state is not None else None
 
 
 @dataclass

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store.broker.transactions import ended_offsets
-from store.errors import StoreError
+from app.services import lookup
+from backend.embedded import MAX_TRANSACTION_ENDS_READ
 from store.format import topics
 from store.format.codec import TRANSACTION_COMMIT, StoredMessage
 
 HALF_TOPIC = topics.TRANS_HALF_TOPIC
-OP_TOPIC = topics.TRANS_OP_HALF_TOPIC
 CHECK_TIMES = topics.TRANSACTION_CHECK_TIMES
-MAX_OPS_READ = 100_000  # the newest op records read for one answer
 
 
 @dataclass(frozen=True)
@@ -27,8 +25,9 @@ class TransactionStanding:
     half_offset_msg_id: str
 
 
-def transaction_standing(store, copies: list[StoredMessage]) -> TransactionStanding | None:
-    """None for a message that was not sent in a transaction."""
+def transaction_standing(source: lookup.Source, copies: list[StoredMessage]) -> TransactionStanding | None:
+    """None for a message that was not sent in a transaction, or for one neither committed nor
+    discarded where the backend cannot read the transactions' ends (a live cluster)."""
     halves = sorted((m for m in copies if m.topic == HALF_TOPIC), key=lambda m: m.queue_offset)
     if not halves:
         return None
@@ -50,27 +49,15 @@ def transaction_standing(store, copies: list[StoredMessage]) -> TransactionStand
         return TransactionStanding("discarded", f"discarded after the broker asked the producer {times} "
                                    f"time{'s' if times != '1' else ''} without an answer: never delivered (moved to "
                                    f"{discarded[-1].topic})", newest.offset_msg_id)
-    settled, complete = _settled_half_offsets(store)
+    ends = lookup.backend_of(source).settled_half_offsets()
+    if ends is None:
+        return None
+    settled, complete = ends
     if newest.queue_offset in settled:
         return TransactionStanding("rolled_back", f"rolled back{asked}: never delivered", newest.offset_msg_id)
     if not complete:
-        return TransactionStanding("waiting", f"no end found among the newest {MAX_OPS_READ:,} transaction ends: "
-                                   "older ends were not read", newest.offset_msg_id)
+        return TransactionStanding("waiting", f"no end found among the newest {MAX_TRANSACTION_ENDS_READ:,} "
+                                   "transaction ends: older ends were not read", newest.offset_msg_id)
     return TransactionStanding("waiting", f"waiting for the producer's check{asked}: neither committed nor "
                                "rolled back yet", newest.offset_msg_id)
 
-
-def _settled_half_offsets(store) -> tuple[set[int], bool]:
-    """Half message queue offsets an op record settles, and whether every op record was read."""
-    settled: set[int] = set()
-    complete = True
-    for queue_id, low, high in store.topics().get(OP_TOPIC, []):
-        first = max(low, high - MAX_OPS_READ)
-        complete = complete and first == low
-        for offset in range(first, high):
-            try:
-                body = store.get_by_queue_offset(OP_TOPIC, queue_id, offset).body
-            except StoreError:
-                continue
-            settled.update(ended_offsets(body))
-    return settled, complete

@@ -48,7 +48,7 @@ from store.format import ids, topics
 from store.format.codec import StoredMessage
 from store.format.hosts import HostAddress
 
-PACK_TAG = "mqlens-trace"
+PACK_TAG = topics.TRACE_PACK_TAG
 MAGIC = "MQLT1"
 MAX_EVENTS = 128
 MAX_KEYS_BYTES = 8192

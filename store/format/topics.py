@@ -10,6 +10,7 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+TRACE_PACK_TAG = "mqlens-trace"  # the tag of mqlens's own lifecycle trace records in TRACE_TOPIC
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # messages waiting for an arbitrary delivery time (RocketMQ 5)
 MAX_TOPIC_BYTES = 127
 DEFAULT_RETRY_MAX_TIMES = 16  # a group's maxReconsumeTimes when nobody set it: then its dead-letter topic

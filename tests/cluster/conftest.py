@@ -13,7 +13,7 @@ def rocketmq(tmp_path_factory) -> rocketmq_fixture.RocketMQFixture:
     if reason:
         pytest.skip(reason)
     run_dir = tmp_path_factory.mktemp("rocketmq")
-    cluster = rocketmq_fixture.start(run_dir)
+    cluster = rocketmq_fixture.start(run_dir, trace=True)
     try:
         yield cluster
     finally:

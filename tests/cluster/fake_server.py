@@ -92,15 +92,15 @@ def fake_server_thread(handler: Handler, port: int = 0):
 
 
 def route(topic: str, brokers: dict[str, str]) -> bytes:
-    """A route body: the topic on every broker (name -> address), one read and write queue each."""
+    """A route body: the topic on each broker (name -> address) of cluster C, one queue each."""
     return orjson.dumps({
         "queueDatas": [{"brokerName": name, "readQueueNums": 1, "writeQueueNums": 1, "perm": 6} for name in brokers],
         "brokerDatas": [{"cluster": "C", "brokerName": name, "brokerAddrs": {"0": address}}
                         for name, address in brokers.items()]})
 
 
-def name_server_of(brokers: dict[str, str], topic_list: list[str]) -> Handler:
-    """A name server of cluster C whose brokers (name -> address) each hold every topic of the list."""
+def name_server_of(brokers: dict[str, str], topic_names: list[str]) -> Handler:
+    """A name server of cluster C: these brokers (name -> address), these topics, each on every broker."""
 
     async def name_server(peer: Peer, cmd: RemotingCommand) -> None:
         answer = response_to(cmd, ResponseCode.SUCCESS)
@@ -110,7 +110,7 @@ def name_server_of(brokers: dict[str, str], topic_list: list[str]) -> Handler:
                                     for n, a in brokers.items()},
                 "clusterAddrTable": {"C": sorted(brokers)}})
         elif cmd.code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
-            answer.body = orjson.dumps({"topicList": topic_list})
+            answer.body = orjson.dumps({"topicList": topic_names})
         elif cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
             answer.body = route(cmd.ext_fields["topic"], brokers)
         await peer.send(answer)

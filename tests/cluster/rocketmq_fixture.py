@@ -109,9 +109,11 @@ def acl_home(home: Path, access_key: str, secret_key: str) -> dict[str, str]:
     return {"RMQ_FIXTURE_BROKER_EXTRA": "aclEnable=true", "RMQ_FIXTURE_JAVA_OPTS": f"-Drocketmq.home.dir={home}"}
 
 
-def start(run_dir: Path, env: dict[str, str] | None = None) -> RocketMQFixture:
+def start(run_dir: Path, env: dict[str, str] | None = None, *, trace: bool = False) -> RocketMQFixture:
+    """`trace`: the broker keeps RMQ_SYS_TRACE_TOPIC and `produce` / `consume` trace what they do."""
     command = [str(RMQ_FIXTURE), "start", "--dir", str(run_dir), "--net", "private",
-               "--delay-levels", FAST_DELAY_LEVELS, "--hash-slots", "5000", "--index-num", "20000"]
+               "--delay-levels", FAST_DELAY_LEVELS, "--hash-slots", "5000", "--index-num", "20000",
+               "--trace", "on" if trace else "off"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=150, env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired:

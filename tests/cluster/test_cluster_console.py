@@ -120,8 +120,12 @@ def placeholder_path(path: str) -> str:
     return re.sub(r"\{[^}]+\}", lambda m: "1" if m.group(0).endswith(("_id}", "offset}", "version}")) else "G1", path)
 
 
+SERVED_ON_A_CLUSTER = ("/api/messages/{message_id}/timeline", "/messages/{message_id}/timeline")
+
+
 def test_no_route_answers_5xx_on_a_cluster(tmp_path):
-    """Every route of the app, called with placeholder values, answers below 500 on a cluster."""
+    """Every route of the app, called with placeholder values, answers below 500 on a cluster, and
+    the routes served there never answer that they need the embedded store (409)."""
     settings = {"namesrv": f"127.0.0.1:{free_port()}", "cluster_request_timeout_ms": 300,
                 "cluster_deadline_ms": 1000}
     routes = [(route.path, sorted(route.methods - {"HEAD", "OPTIONS"}))
@@ -135,7 +139,7 @@ def test_no_route_answers_5xx_on_a_cluster(tmp_path):
                 for headers in ({}, HTML):
                     r = client.request(method, placeholder_path(path), headers=headers,
                                        json={} if method in ("POST", "PUT", "PATCH") else None)
-                    if r.status_code >= 500:
+                    if r.status_code >= 500 or (r.status_code == 409 and path in SERVED_ON_A_CLUSTER):
                         failures.append(f"{method} {path} {headers}: {r.status_code} {r.text[:200]}")
         assert failures == [], "\n".join(failures)
         assert "Traceback" not in server.log_text()

@@ -75,7 +75,7 @@ def test_every_lookup_answers_as_mqadmin_does_and_the_pages_show_it(rocketmq, tm
         assert 'data-testid="not-served"' in page.text and "Traceback" not in page.text
         twin = client.get(f"/messages/{sent[0]['offsetMsgId']}.json").json()
         assert twin["message"]["topic"] == topic and twin["body"]["text"] == "hello 0"
-        assert "retry timeline" in twin["not_served"] and twin["copies"] == []
+        assert "client trace" in twin["not_served"] and twin["copies"] == []
         body = client.get(f"/messages/{sent[0]['offsetMsgId']}/body")
         assert body.content == b"hello 0"
 
@@ -104,9 +104,8 @@ def test_a_broker_that_does_not_answer_gives_a_partial_answer_naming_it_within_t
         await peer.send(response_to(cmd, ResponseCode.QUERY_NOT_FOUND))
 
     with fake_server_thread(silent) as dead, fake_server_thread(finds_nothing) as alive:
-        brokers = {"broker-x": dead, "broker-y": alive}
-
-        with fake_server_thread(name_server_of(brokers, ["Orders", "Payments"]), namesrv_port), \
+        name_server = name_server_of({"broker-x": dead, "broker-y": alive}, ["Orders", "Payments"])
+        with fake_server_thread(name_server, namesrv_port), \
                 LiveServer(tmp_path / "data", tmp_path / "server.log", settings) as server, server.client() as client:
             server.start()
             for url, params in (("/api/messages/by-key", {"key": "order-1"}),

@@ -11,21 +11,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.broker.client_trace import (
+from store.broker.client_trace import client_trace_of
+from store.broker.trace_pack import PACK_TAG
+from store.format import topics
+from store.format.client_trace import (
     CONTEXT_END,
     FIELD_SEPARATOR,
     ClientTraceContext,
     ClientTraceError,
     TraceType,
     TransactionState,
-    client_trace_of,
     decode_trace_body,
     is_client_trace_record,
     parse_context,
     record_contexts,
 )
-from store.broker.trace_pack import PACK_TAG
-from store.format import topics
 from store.format.codec import StoredMessage
 from store.format.hosts import HostAddress
 from store.message_store import MessageStore, NewMessage, StoreConfig
