@@ -222,6 +222,8 @@ class BrokerAdmin:
         if response.code != ResponseCode.SUCCESS:
             return PulledBatch([], next_offset, low, high)
         records = decode_records(response.body, what=f"{address} {topic}:{queue_id}@{queue_offset}")
+        if not records:  # FOUND with nothing in it: no broker answers so
+            raise CodecError(f"{address}: the pull of {topic}:{queue_id}@{queue_offset} found no record")
         if any((m.topic, m.queue_id) != (topic, queue_id) or m.queue_offset < queue_offset for m in records):
             raise CodecError(f"{address}: the pull of {topic}:{queue_id}@{queue_offset} answered "
                              f"{[(m.topic, m.queue_id, m.queue_offset) for m in records]}")
