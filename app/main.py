@@ -190,7 +190,16 @@ def _start_on_cluster(settings: Settings, clock: Clock) -> _Resources:
             log.info("start-up: %s", line)
     except BackendUnavailable as exc:
         log.warning("start-up: resends a crash left pending stay pending (the next start settles them): %s", exc)
-    return _Resources(engine, sessions, None, backend, session_secret, verifier, pipeline)
+    try:
+        for line in redrive_service.reconcile_job_creation(sessions):
+            log.info("start-up: %s", line)
+        redrive = RedriveRunner(backend, sessions, clock).start()
+    except BaseException:
+        pipeline.stop()
+        backend.close()
+        engine.dispose()
+        raise
+    return _Resources(engine, sessions, None, backend, session_secret, verifier, pipeline, redrive=redrive)
 
 
 def _start(settings: Settings, clock: Clock) -> _Resources:

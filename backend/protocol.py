@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
 from store.broker.trace import TraceEvent
+from store.errors import MessageNotFoundError
 from store.format.client_trace import ClientTraceContext
 from store.format.codec import StoredMessage
 from store.format.delay_levels import DelayLevels
@@ -21,6 +22,10 @@ BackendKind = Literal["embedded", "cluster"]
 
 class BackendUnavailable(Exception):
     """Nothing of the answer could be read: no name server answered, or not in time."""
+
+
+class BrokerGone(MessageNotFoundError):
+    """An offset message id names a broker the cluster does not list now: not there, or down."""
 
 
 class BackendRefused(ValueError):

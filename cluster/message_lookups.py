@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from backend.protocol import BackendRefused, BackendUnavailable, KeyMatches
+from backend.protocol import BackendRefused, BackendUnavailable, BrokerGone, KeyMatches
 from cluster.calls import Calls
 from cluster.context import ClusterContext, route_brokers
 from cluster.remoting.errors import RemotingError, ResponseError
@@ -33,8 +33,8 @@ class ClusterLookups:
         # Only the cluster's own brokers are asked: an id is any 16 bytes, and a unique key looks like one.
         names = {addr: name for name, data in info.brokers.items() for addr in data.addresses.values()}
         if address not in names:
-            raise MessageNotFoundError(f"no message with offset id {offset_msg_id} (it names {address}, which is "
-                                       f"no broker of this cluster)")
+            raise BrokerGone(f"no message with offset id {offset_msg_id} (it names {address}, which is no broker "
+                             f"this cluster lists now)")
         where = f"broker {names[address]} ({address})"
         try:
             msg = await self.ctx.brokers.view_message(address, phys_offset)

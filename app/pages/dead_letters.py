@@ -37,8 +37,8 @@ def inbox_filter(begin: str | None, end: str | None, key: str | None, tag: str |
 
 def _offers(request: Request, group: str | None, wanted: Filter, found: dead_letters.Inbox, on_store: bool) -> dict:
     """What the signed-in role may do with what matches, and only when there is something to do:
-    resend all that match (at most its per-action limit), plan a redrive job over the waiting ones
-    (both on the embedded store only)."""
+    resend all that match (at most its per-action limit; on the embedded store only), plan a redrive
+    job over the waiting ones."""
     principal = getattr(request.state, "principal", None)
 
     def may(permission: Permission) -> bool:
@@ -48,7 +48,7 @@ def _offers(request: Request, group: str | None, wanted: Filter, found: dead_let
     redrivable = found.total if wanted.state else found.counts.get("waiting", 0)
     return {"resend_all": on_store and bool(group) and may(Permission.RESEND) and 0 < found.total <= limit,
             "resend_limit": limit if may(Permission.RESEND) else 0,
-            "redrive": on_store and bool(group) and may(Permission.REDRIVE) and redrivable > 0}
+            "redrive": bool(group) and may(Permission.REDRIVE) and redrivable > 0}
 
 
 def _inbox_page(request: Request, renderer, backend, sessions, clock, group: str | None, begin, end, key, tag,

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import RedirectResponse
 
-from app.deps import ClockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClockDep, SessionsDep
 from app.pages import RendererDep
 from app.pages.dead_letters import FormText, destination_choice, inbox_filter
 from app.pages.params import optional_int
@@ -35,14 +35,14 @@ def jobs_page(request: Request, sessions: SessionsDep, renderer: RendererDep):
 
 
 @router.get("/redrive-jobs/{job_id}", dependencies=[READ])
-def job_page(job_id: Annotated[int, Path(ge=1, le=2**31)], request: Request, store: StoreDep, sessions: SessionsDep,
-             renderer: RendererDep, cursor: Annotated[int | None, Query(ge=0, le=2**62)] = None):
+def job_page(job_id: Annotated[int, Path(ge=1, le=2**31)], request: Request, backend: BackendDep,
+             sessions: SessionsDep, renderer: RendererDep, cursor: Annotated[int | None, Query(ge=0, le=2**62)] = None):
     view = redrive.get_job(sessions, job_id, request.app.state.redrive)
     items, next_cursor = redrive.job_items(sessions, job_id, cursor, ITEMS_SHOWN)
     cache = request.app.state.dead_letters
     shown = [{"dead_letter_id": i.dead_letter_id, "status": i.status, "destination": i.destination,
               "new_offset_msg_id": i.new_offset_msg_id, "error": i.error,
-              **asdict(redrive_report.facts(store, cache, view.group, i.dead_letter_id))}
+              **asdict(redrive_report.facts(backend, cache, view.group, i.dead_letter_id))}
              for i in items]
     # htmx stops polling on 286: a job that no longer runs has no progress to show
     status = HTMX_STOP_POLLING if is_htmx(request) and view.state != redrive.RUNNING else 200
@@ -52,7 +52,7 @@ def job_page(job_id: Annotated[int, Path(ge=1, le=2**31)], request: Request, sto
 
 
 @router.post("/redrive-jobs")
-def start_job(request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep, actor: Redriver,
+def start_job(request: Request, backend: BackendDep, sessions: SessionsDep, clock: ClockDep, actor: Redriver,
               group: Annotated[str, Form(max_length=255)], destination: Annotated[str, Form(max_length=16)] = "group",
               topic: FormText = None, rate_per_s: FormText = None,
               reason: Annotated[str | None, Form(max_length=MAX_REASON)] = None,
@@ -61,7 +61,7 @@ def start_job(request: Request, store: StoreDep, sessions: SessionsDep, clock: C
     """A job over the inbox's filter; planned first (a dry run), so its list can be read before it runs."""
     wanted = inbox_filter(begin, end, key, tag, reason_filter, state or "waiting")
     rate = optional_int(rate_per_s, "Rate", low=1, high=redrive.MAX_RATE) or 100
-    view = redrive.create_job(store, sessions, clock, request.app.state.dead_letters, group, wanted,
+    view = redrive.create_job(backend, sessions, clock, request.app.state.dead_letters, group, wanted,
                               destination=destination_choice(destination, topic), rate_per_s=rate, dry_run=dry_run,
                               actor=actor, reason=reason)
     return RedirectResponse(f"/redrive-jobs/{view.id}", status_code=303)

@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
-from app.deps import ClockDep, SessionsDep, StoreDep
+from app.deps import BackendDep, ClockDep, SessionsDep
 from app.routes import error_responses
 from app.schemas import (
     JobControlRequest,
@@ -39,7 +39,7 @@ def job_out(view: redrive.JobView) -> RedriveJobOut:
 
 @router.post("/api/redrive-jobs", response_model=RedriveJobResponse, status_code=201,
              responses=error_responses(400, 404, 409, 422))
-def create(body: RedriveJobCreate, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+def create(body: RedriveJobCreate, request: Request, backend: BackendDep, sessions: SessionsDep, clock: ClockDep,
            actor: Redriver, idempotency_key: Annotated[str | None, Header(max_length=255)] = None
            ) -> RedriveJobResponse:
     """A job over the group's dead letters the filter matches now (by default those waiting),
@@ -48,7 +48,7 @@ def create(body: RedriveJobCreate, request: Request, store: StoreDep, sessions: 
     f = body.filter
     wanted = Filter(f.begin or 0, f.end, f.key, f.tag, f.reason, f.state)
     destination = body.destination.model_dump() if hasattr(body.destination, "model_dump") else body.destination
-    view = redrive.create_job(store, sessions, clock, request.app.state.dead_letters, body.group, wanted,
+    view = redrive.create_job(backend, sessions, clock, request.app.state.dead_letters, body.group, wanted,
                               destination=destination, rate_per_s=body.rate_per_s, dry_run=body.dry_run,
                               actor=actor, reason=body.reason, max_dead_share=body.max_dead_share,
                               idempotency_key=idempotency_key)
@@ -95,7 +95,7 @@ def items(job_id: JobId, sessions: SessionsDep,
 
 @router.get("/api/redrive-jobs/{job_id}/report.csv", response_class=StreamingResponse, dependencies=[READ],
             responses=error_responses(404, 422))
-def report(job_id: JobId, request: Request, store: StoreDep, sessions: SessionsDep) -> StreamingResponse:
+def report(job_id: JobId, request: Request, backend: BackendDep, sessions: SessionsDep) -> StreamingResponse:
     """The per-message report as CSV: each dead letter's keys, the topic it was consumed from,
     its born time (epoch ms and ISO 8601 UTC) and failure reason; then resent, skipped or failed,
     and why."""
@@ -108,7 +108,7 @@ def report(job_id: JobId, request: Request, store: StoreDep, sessions: SessionsD
         writer.writerow(["dead_letter_id", "keys", "topic", "born_timestamp", "born_time_utc", "reason", "status",
                          "destination", "new_offset_msg_id", "error"])
         for item in redrive.every_job_item(sessions, job_id):
-            told = redrive_report.facts(store, cache, group, item.dead_letter_id)
+            told = redrive_report.facts(backend, cache, group, item.dead_letter_id)
             writer.writerow([item.dead_letter_id, " ".join(told.keys), told.topic or "",
                              "" if told.born_timestamp is None else told.born_timestamp, told.born_time_utc,
                              told.reason, item.status, item.destination, item.new_offset_msg_id or "",

@@ -3,11 +3,12 @@ progress, pause, resume and cancel, that survives a restart of the server.
 
 A job lists its dead letters when it is made (a dry run stops there: the list is what a run
 would send, and where). Running, it takes queued items in turn: marks them pending (committed),
-asks the store to resend each once, then records the outcome. A crash between the two leaves
-items pending; before the job goes on they are settled from the commit log (their copies carry
-the job's action id and the dead letter's id), so the store is never asked to send a message
-twice for one item. A job pauses itself when more than a set share of what it resent has come
-back dead."""
+asks the backend (the embedded store, or a live cluster's brokers) to resend each once, then
+records the outcome. A crash between the two leaves items pending; before the job goes on they
+are settled by looking their copies up (they carry the job's action id and the dead letter's id),
+so no message is sent twice for one item. A job pauses itself when more than a set share of what
+it resent has come back dead, and when the cluster does not answer a send; that pause ends by
+itself once the items it left open are settled against the brokers again."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.models import RedriveJob, ResendItem
 from app.roles import Principal
-from app.services import audit, dead_letters
+from app.services import audit, dead_letter_inbox, dead_letters
 from app.services.errors import ConflictError, InvalidRequestError, NotFoundError
+from app.services.lookup import Source, backend_of
 from app.services.resend import (
     ACTION_PROPERTY,
     FAILED,
@@ -36,10 +38,11 @@ from app.services.resend import (
     find_dead_letter,
     resent_before,
 )
+from backend.protocol import Backend, BackendRefused, BackendUnavailable, BrokerGone, DeadLetterWindow
 from store.clock import Clock
 from store.errors import FlowControlError, StoreError
-from store.format import ids, topics
-from store.message_store import MessageStore
+from store.format import topics
+from store.format.codec import StoredMessage
 
 log = logging.getLogger("mqlens.redrive")
 
@@ -53,6 +56,9 @@ ITEMS_PAGE_MAX = 1_000
 INSERT_CHUNK = 1_000
 MIN_RESENT_FOR_SHARE = 20  # the dead share is judged once this many were resent
 DEAD_CHECK_S = 1.0
+CLUSTER_RETRY_S = 2.0  # a job the cluster paused asks the brokers again this often
+CLUSTER_PAUSE = "paused itself: the cluster did not answer"
+DEAD_SCAN_PAGES = 10  # pages of the dead-letter queue one dead-share check reads on a cluster
 
 
 @dataclass(frozen=True)
@@ -144,7 +150,7 @@ def every_job_item(sessions: sessionmaker[Session], job_id: int) -> Iterator[Res
             return
 
 
-def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, cache: dead_letters.DeadLetterCache,
+def create_job(source: Source, sessions: sessionmaker[Session], clock: Clock, cache: dead_letters.DeadLetterCache,
                group: str, wanted: dead_letters.Filter, *, destination: object, rate_per_s: int, dry_run: bool,
                actor: Principal, reason: str | None = None, max_dead_share: float = 0.5,
                idempotency_key: str | None = None) -> JobView:
@@ -154,9 +160,23 @@ def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Cloc
         raise InvalidRequestError(f"rate_per_s is between 1 and {MAX_RATE}")
     if not 0 < max_dead_share <= 1:
         raise InvalidRequestError("max_dead_share is above 0 and at most 1")
+    backend = backend_of(source)
     where = Destination.parse(destination)
-    where.check_allowed(store, actor)
-    matched = dead_letters.matching_ids(store, sessions, clock, cache, group, wanted, at_most=MAX_ITEMS)
+    where.check_allowed(backend, actor)
+    request = {"group": group, "filter": wanted.as_query(), "destination": where.as_json(),
+               "rate_per_s": rate_per_s, "dry_run": dry_run, "max_dead_share": max_dead_share}
+    if audit.used_key(sessions, idempotency_key):  # a repeat: its job, whatever matches now
+        done = audit.perform(sessions, clock, actor=actor, action=CREATE_JOB, target=f"dlq:{group}", request=request,
+                             intent=lambda s, entry_id: {}, act=lambda decided: None,
+                             idempotency_key=idempotency_key, reason=reason)
+        return get_job(sessions, done.result["job_id"])
+    store = dead_letter_inbox.embedded_store(backend)
+    if store is not None:
+        matched = dead_letters.matching_ids(store, sessions, clock, cache, group, wanted, at_most=MAX_ITEMS)
+        found: dict[str, StoredMessage] = {}
+    else:
+        found = _cluster_matches(backend, sessions, group, wanted)
+        matched = list(found)
     if len(matched) > MAX_ITEMS:
         raise InvalidRequestError(f"more than {MAX_ITEMS} dead letters match: a job takes at most {MAX_ITEMS}; "
                                   "narrow the filter")
@@ -165,10 +185,8 @@ def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Cloc
     earlier = resent_before(sessions, matched)
     plan = []  # (dead letter id, destination, lookup key): three short strings a dead letter
     for dead_id in matched:
-        dead = find_dead_letter(store, group, dead_id)
-        plan.append((dead_id, where.topic_for(store, group, dead), dead.unique_key or store.new_unique_key()))
-    request = {"group": group, "filter": wanted.as_query(), "destination": where.as_json(),
-               "rate_per_s": rate_per_s, "dry_run": dry_run, "max_dead_share": max_dead_share}
+        dead = found.get(dead_id) or find_dead_letter(backend, group, dead_id)
+        plan.append((dead_id, where.topic_for(backend, group, dead), dead.unique_key or backend.new_unique_key()))
 
     def intent(s: Session, entry_id: int) -> dict:
         now = clock.now_ms()
@@ -192,6 +210,30 @@ def create_job(store: MessageStore, sessions: sessionmaker[Session], clock: Cloc
     done = audit.perform(sessions, clock, actor=actor, action=CREATE_JOB, target=f"dlq:{group}", request=request,
                          intent=intent, act=lambda decided: None, idempotency_key=idempotency_key, reason=reason)
     return get_job(sessions, done.result["job_id"])
+
+
+def _cluster_matches(backend: Backend, sessions: sessionmaker[Session], group: str,
+                     wanted: dead_letters.Filter) -> dict[str, StoredMessage]:
+    """A live cluster's dead letters of the group the filter matches (at most MAX_ITEMS + 1),
+    read from the brokers a page at a time; "waiting" are those no resend has taken."""
+    if wanted.state not in (None, "waiting"):
+        raise InvalidRequestError("on a live cluster a redrive job takes the dead letters waiting (state=waiting) or "
+                                  "all of them; the other states need the embedded store")
+    window = dead_letter_inbox.check_cluster_filter(dead_letters.Filter(wanted.begin, wanted.end, wanted.key,
+                                                                        wanted.tag, wanted.reason))
+    found: dict[str, StoredMessage] = {}
+    before = None
+    while len(found) <= MAX_ITEMS:
+        page = backend.dead_letter_page(group, window, before, dead_letters.MAX_LIMIT)
+        if page.problems:
+            raise BackendUnavailable(f"the dead letters of {group} could not all be read, so no job was made: "
+                                     f"{'; '.join(page.problems)}")
+        taken = resent_before(sessions, [m.offset_msg_id for m in page.messages]) if wanted.state else {}
+        found.update((m.offset_msg_id, m) for m in page.messages if m.offset_msg_id not in taken)
+        if page.next_position is None:
+            break
+        before = page.next_position
+    return found
 
 
 def reconcile_job_creation(sessions: sessionmaker[Session]) -> list[str]:
@@ -238,15 +280,17 @@ def control_job(sessions: sessionmaker[Session], clock: Clock, job_id: int, comm
 class RedriveRunner:
     """The thread that runs the jobs, one batch at a time, at each job's rate."""
 
-    def __init__(self, store: MessageStore, sessions: sessionmaker[Session], clock: Clock, tick_s: float = 0.02,
+    def __init__(self, source: Source, sessions: sessionmaker[Session], clock: Clock, tick_s: float = 0.02,
                  pace_clock: Callable[[], float] = time.monotonic):
-        self.store, self.sessions, self.clock, self.tick_s = store, sessions, clock, tick_s
+        self.backend, self.sessions, self.clock, self.tick_s = backend_of(source), sessions, clock, tick_s
+        self.store = dead_letter_inbox.embedded_store(self.backend)  # None on a live cluster
         self.pace_clock = pace_clock  # seconds, for the jobs' rates and the dead-copy checks
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._tokens: dict[int, tuple[float, float]] = {}  # job -> (tokens, when counted)
         # job -> (DLQ offset scanned to per queue, copies dead again, when counted)
         self._dead: dict[int, tuple[dict[int, int], int, float]] = {}
+        self._cluster_asked = 0.0  # when jobs the cluster paused last asked it again
 
     def start(self) -> RedriveRunner:
         self.settle_pending()
@@ -259,22 +303,33 @@ class RedriveRunner:
         if self._thread is not None:
             self._thread.join(timeout=30)
 
-    def settle_pending(self) -> int:
-        """Items a crash left pending: ok when their copy is in the commit log, else queued again
-        (the job sends them when it goes on)."""
+    def settle_pending(self, job_id: int | None = None) -> int:
+        """Items a crash (or a send nobody answered) left pending, of every job or of one: ok when
+        their copy is found, else queued again (the job sends them when it goes on). An item whose
+        copy cannot be looked up now (a broker does not answer) stays pending; BackendUnavailable
+        then, when `job_id` is given."""
         settled = 0
+        query = select(ResendItem).where(ResendItem.job_id.is_not(None), ResendItem.status == PENDING)
+        if job_id is not None:
+            query = query.where(ResendItem.job_id == job_id)
         with self.sessions.begin() as s:
-            for item in s.scalars(select(ResendItem).where(ResendItem.job_id.is_not(None),
-                                                           ResendItem.status == PENDING)):
+            for item in s.scalars(query):
                 job = s.get_one(RedriveJob, item.job_id)
-                copy = find_copy(self.store, item, job.created_at_ms)
+                try:
+                    copy = find_copy(self.backend, item, job.created_at_ms)
+                except BackendUnavailable:
+                    if job_id is not None:
+                        raise
+                    log.warning("redrive item %s of job %s stays pending: its copy cannot be looked up now",
+                                item.id, item.job_id)
+                    continue
                 if copy is not None:
-                    item.status, item.new_offset_msg_id = OK, copy.offset_msg_id
+                    item.status, item.new_offset_msg_id, item.error = OK, copy.offset_msg_id, None
                 else:
-                    item.status, item.claim = QUEUED, None
+                    item.status, item.claim, item.error = QUEUED, None, None
                 settled += 1
-        if settled:
-            log.info("start-up: %d redrive item(s) cut by a restart settled from the commit log", settled)
+        if settled and job_id is None:
+            log.info("start-up: %d redrive item(s) cut by a restart settled", settled)
         return settled
 
     def dead_again(self, job_id: int) -> int:
@@ -292,6 +347,7 @@ class RedriveRunner:
 
     def step(self) -> bool:
         """One batch of every running job; whether anything was sent."""
+        self._resume_after_cluster()
         with self.sessions() as s:
             running = list(s.scalars(select(RedriveJob).where(RedriveJob.state == RUNNING)))
         if not running:
@@ -364,17 +420,51 @@ class RedriveRunner:
     def _resend(self, job: RedriveJob, item: ResendItem) -> tuple[str, str | None, str | None]:
         marks = {ACTION_PROPERTY: str(item.action_id), topics.RESENT_FROM: item.dead_letter_id}
         try:
-            _, phys = ids.decode_offset_msg_id(item.dead_letter_id)
-            copy = self.store.resend_dead_letter(phys, job.created_by, topic=item.destination, marks=marks,
-                                                 unique_key=item.lookup_key)
-        except FlowControlError as exc:  # busy or disk full: nothing was written; the job waits, the item stays
-            with self.sessions.begin() as s:
-                s.execute(update(RedriveJob).where(RedriveJob.id == job.id, RedriveJob.state == RUNNING)
-                          .values(state=PAUSED, state_reason=f"paused itself: {exc}"))
+            dead = self.backend.read_by_offset_id(item.dead_letter_id)
+        except (BackendUnavailable, BrokerGone) as exc:  # nothing was sent
+            self._pause(job, f"{CLUSTER_PAUSE}: {exc}")
             return QUEUED, None, None
         except StoreError as exc:
             return FAILED, None, str(exc)[:2000]
-        return OK, copy.offset_msg_id, None
+        try:
+            copy_id = self.backend.resend_dead_letter(dead, job.created_by, topic=item.destination, marks=marks,
+                                                      unique_key=item.lookup_key)
+        except FlowControlError as exc:  # busy or disk full: nothing was written; the job waits, the item stays
+            self._pause(job, f"paused itself: {exc}")
+            return QUEUED, None, None
+        except BackendUnavailable as exc:  # the copy may be stored: settled before the job goes on
+            self._pause(job, f"{CLUSTER_PAUSE}: {exc}")
+            return PENDING, None, "sent, no answer yet: settled when the cluster answers"
+        except (StoreError, BackendRefused) as exc:
+            return FAILED, None, str(exc)[:2000]
+        return OK, copy_id, None
+
+    def _pause(self, job: RedriveJob, why: str) -> None:
+        with self.sessions.begin() as s:
+            s.execute(update(RedriveJob).where(RedriveJob.id == job.id, RedriveJob.state == RUNNING)
+                      .values(state=PAUSED, state_reason=why[:1000]))
+
+    def _resume_after_cluster(self) -> None:
+        """Jobs the cluster paused go on once their open items are settled against it."""
+        now = self.pace_clock()
+        if now - self._cluster_asked < CLUSTER_RETRY_S:
+            return
+        self._cluster_asked = now
+        with self.sessions() as s:
+            waiting = list(s.scalars(select(RedriveJob.id).where(RedriveJob.state == PAUSED,
+                                                                 RedriveJob.state_reason.startswith(CLUSTER_PAUSE))))
+        for job_id in waiting:
+            try:
+                if not self.backend.describe().complete:
+                    continue
+                self.settle_pending(job_id)
+            except BackendUnavailable:
+                continue
+            with self.sessions.begin() as s:
+                s.execute(update(RedriveJob).where(RedriveJob.id == job_id, RedriveJob.state == PAUSED,
+                                                   RedriveJob.state_reason.startswith(CLUSTER_PAUSE))
+                          .values(state=RUNNING, state_reason="resumed itself: the cluster answered again"))
+            log.info("redrive job %s resumed: the cluster answered again", job_id)
 
     def _finish_if_done(self, job: RedriveJob) -> None:
         with self.sessions.begin() as s:
@@ -391,8 +481,28 @@ class RedriveRunner:
         now = self.pace_clock()
         if now - when < DEAD_CHECK_S:
             return False
-        dlq = topics.dlq_topic(job.group)
         action = str(job.action_id)
+        if self.store is not None:
+            dead += self._dead_in_store(job.group, action, scanned)
+        else:
+            try:
+                dead = self._dead_on_cluster(job, action)
+            except BackendUnavailable:
+                return False  # the next check counts them
+        self._dead[job.id] = (scanned, dead, now)
+        with self.sessions() as s:
+            resent = s.scalar(select(func.count()).select_from(ResendItem)
+                              .where(ResendItem.job_id == job.id, ResendItem.status == OK)) or 0
+        if resent >= MIN_RESENT_FOR_SHARE and dead / resent > job.max_dead_share:
+            self._pause(job, f"paused itself: {dead} of {resent} resent came back dead (more than "
+                        f"{job.max_dead_share:.0%})")
+            return True
+        return False
+
+    def _dead_in_store(self, group: str, action: str, scanned: dict[int, int]) -> int:
+        """Copies of the action in the store's dead-letter queues past where the last check ended."""
+        assert self.store is not None
+        dlq, dead = topics.dlq_topic(group), 0
         for queue_id, lo, hi in self.store.topics().get(dlq, []):
             for offset in range(max(lo, scanned.get(queue_id, lo)), hi):
                 try:
@@ -402,14 +512,16 @@ class RedriveRunner:
                 if msg.properties.get(ACTION_PROPERTY) == action:
                     dead += 1
             scanned[queue_id] = hi
-        self._dead[job.id] = (scanned, dead, now)
-        with self.sessions() as s:
-            resent = s.scalar(select(func.count()).select_from(ResendItem)
-                              .where(ResendItem.job_id == job.id, ResendItem.status == OK)) or 0
-        if resent >= MIN_RESENT_FOR_SHARE and dead / resent > job.max_dead_share:
-            with self.sessions.begin() as s:
-                s.execute(update(RedriveJob).where(RedriveJob.id == job.id, RedriveJob.state == RUNNING)
-                          .values(state=PAUSED, state_reason=f"paused itself: {dead} of {resent} resent came back "
-                                  f"dead (more than {job.max_dead_share:.0%})"))
-            return True
-        return False
+        return dead
+
+    def _dead_on_cluster(self, job: RedriveJob, action: str) -> int:
+        """Copies of the action among the newest dead letters of the group stored since the job started
+        (at most DEAD_SCAN_PAGES pages of them: a job whose copies die in such numbers pauses early)."""
+        window, before, dead = DeadLetterWindow(begin_ms=job.started_at_ms or job.created_at_ms), None, 0
+        for _ in range(DEAD_SCAN_PAGES):
+            page = self.backend.dead_letter_page(job.group, window, before, dead_letters.MAX_LIMIT)
+            dead += sum(1 for m in page.messages if m.properties.get(ACTION_PROPERTY) == action)
+            if page.next_position is None:
+                break
+            before = page.next_position
+        return dead

@@ -1,18 +1,22 @@
 """What a redrive job's list says of each dead letter besides its id: its keys, the topic it
 was consumed from, when it was born and why it failed, read from the store (blank once retention
-has deleted it), so a person can tell the messages apart before and after the job runs."""
+has deleted it, or while its broker does not answer), so a person can tell the messages apart
+before and after the job runs."""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
 
+from app.services.dead_letter_inbox import embedded_store
 from app.services.dead_letters import DeadLetterCache
 from app.services.errors import ServiceError
+from app.services.lookup import Source
 from app.services.resend import find_dead_letter
+from backend.protocol import BackendUnavailable
 from store.errors import StoreError
+from store.format import topics
 from store.format.resend_plan import origin_topic
-from store.message_store import MessageStore
 
 
 @dataclass(frozen=True)
@@ -37,9 +41,11 @@ class DeadLetterFacts:
 UNKNOWN = DeadLetterFacts([], None, None, "")
 
 
-def facts(store: MessageStore, cache: DeadLetterCache, group: str, dead_letter_id: str) -> DeadLetterFacts:
+def facts(source: Source, cache: DeadLetterCache, group: str, dead_letter_id: str) -> DeadLetterFacts:
     try:
-        dead = find_dead_letter(store, group, dead_letter_id)
-    except (ServiceError, StoreError):  # gone with retention, or never there
+        dead = find_dead_letter(source, group, dead_letter_id)
+    except (ServiceError, StoreError, BackendUnavailable):  # gone with retention, never there, or unreachable
         return UNKNOWN
-    return DeadLetterFacts(list(dead.keys), origin_topic(dead), dead.born_timestamp, cache.reason(store, dead))
+    store = embedded_store(source)
+    reason = cache.reason(store, dead) if store is not None else dead.properties.get(topics.DLQ_REASON, "")
+    return DeadLetterFacts(list(dead.keys), origin_topic(dead), dead.born_timestamp, reason)

@@ -153,6 +153,19 @@ async def test_pause_resume_cancel(api):
     assert_error(await api.client.post(f"{JOBS}/{job['id']}/explode"), 422)
 
 
+async def test_a_repeated_request_gets_its_job_back_even_when_nothing_waits_any_more(api):
+    await dead_letters(api, 5)
+    body, key = {"group": GROUP, "rate_per_s": 100}, {"Idempotency-Key": "job-once"}
+    first = await api.client.post(JOBS, json=body, headers=key)
+    assert first.status_code == 201
+    job = await wait_for(api, first.json()["job"]["id"], "done")
+    again = await api.client.post(JOBS, json=body, headers=key)
+    assert again.status_code == 201 and again.json()["job"]["id"] == job["id"]
+    assert sum(copies(api).values()) == 5  # the repeat sent nothing
+    assert_error(await api.client.post(JOBS, json=body), 400, "nothing to redrive")
+    assert_error(await api.client.post(JOBS, json={**body, "rate_per_s": 7}, headers=key), 409, "different request")
+
+
 async def test_a_job_pauses_itself_when_its_copies_come_back_dead(api):
     await dead_letters(api, 60)
     job = (await api.client.post(JOBS, json={"group": GROUP, "rate_per_s": 10, "max_dead_share": 0.3})).json()["job"]
