@@ -1,0 +1,161 @@
+"""The console on a cluster of two real brokers (broker-a and broker-b): every answer merges both
+and equals mqadmin's; broker-b killed in the middle of a search, paused, restarted; a broker that
+registers and then never answers. One two-broker cluster for the file (`two_brokers`)."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from cluster.remoting.fastjson import loads_fastjson
+from tests.cluster.console import console_on
+from tests.cluster.test_cluster_console import cluster_list, topic_status_rows
+from tests.cluster.test_cluster_lookups import same_message
+from tests.cluster.test_remoting_fixture import (
+    consumer_progress_rows,
+    query_msg_by_id_fields,
+    query_msg_by_key_rows,
+    unique,
+)
+from tests.live_server import wait_until
+
+pytestmark = pytest.mark.slow  # real RocketMQ brokers: handed out first
+
+HTML = {"Accept": "text/html"}
+BROKER_B_HOST = "7F00000100002AA9"  # an offset message id's store host: 127.0.0.1:10921
+
+
+def topic_on_both(two_brokers, prefix: str) -> str:
+    topic = unique(prefix)
+    two_brokers.cluster.mqadmin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-w", "4", "-r", "4")
+    return topic
+
+
+def send_to(two_brokers, topic: str, key: str, broker: str) -> None:
+    """One message with `key` to queue 0 of `broker` (mqadmin sendMessage)."""
+    two_brokers.cluster.mqadmin("sendMessage", "-t", topic, "-p", f"to {broker}", "-k", key, "-b", broker, "-i", "0")
+
+
+def found_by_key(client, key: str, topic: str | None = None, want: int = 1) -> dict | None:
+    """The key search's answer once it is complete and holds `want` messages (the brokers index
+    asynchronously), else None."""
+    params = {"key": key, **({"topic": topic} if topic else {})}
+    body = client.get("/api/messages/by-key", params=params).json()
+    return body if body.get("complete") and len(body.get("messages", [])) == want else None
+
+
+def test_every_answer_merges_both_brokers_and_equals_mqadmin(two_brokers, tmp_path):
+    two_brokers.ensure_running()
+    rocketmq = two_brokers.cluster
+    topic, group, shared = topic_on_both(two_brokers, "TwoTopic"), unique("TwoGroup"), unique("shared")
+    sent = rocketmq.produce(topic, 8, unique("two"))  # round robin over the 8 queues: 4 on each broker
+    on_b = [s for s in sent if s["offsetMsgId"].startswith(BROKER_B_HOST)]
+    assert len(on_b) == 4, sent
+    for broker in ("broker-a", "broker-b"):
+        send_to(two_brokers, topic, shared, broker)
+    with console_on(rocketmq, tmp_path) as server, server.client() as client:
+        clusters = client.get("/api/clusters").json()
+        assert (clusters["complete"], clusters["problems"]) == (True, [])
+        listed_brokers = cluster_list(rocketmq.mqadmin("clusterList"))
+        assert sorted((c["name"], b["name"], b["broker_id"], b["address"], b["version"])
+                      for c in clusters["clusters"] for b in c["brokers"]) == listed_brokers
+        assert {b["name"] for c in clusters["clusters"] for b in c["brokers"]} == {"broker-a", "broker-b"}
+
+        topics = client.get("/api/topics").json()
+        assert (topics["complete"], topics["problems"]) == (True, [])
+        listed = {line.strip() for line in rocketmq.mqadmin("topicList").splitlines() if line.strip()}
+        assert topic in {t["name"] for t in topics["topics"]} <= listed
+        [ours] = [t for t in topics["topics"] if t["name"] == topic]
+        printed = rocketmq.mqadmin("topicRoute", "-t", topic)
+        route = loads_fastjson(printed[printed.index("{"): printed.rindex("}") + 1])
+        per_broker = {}
+        for queue in ours["queue_offsets"]:
+            per_broker[queue["broker"]] = per_broker.get(queue["broker"], 0) + 1
+        assert per_broker == {q["brokerName"]: q["readQueueNums"] for q in route["queueDatas"]} \
+            == {"broker-a": 4, "broker-b": 4}
+        assert {(q["broker"], q["queue_id"]): (q["min_offset"], q["max_offset"]) for q in ours["queue_offsets"]} \
+            == topic_status_rows(rocketmq.mqadmin("topicStatus", "-t", topic))
+
+        merged = wait_until(lambda: found_by_key(client, shared, topic, want=2), 30, "both brokers to index the key")
+        assert {(m["unique_key"], m["queue_id"], m["queue_offset"]) for m in merged["messages"]} \
+            == query_msg_by_key_rows(rocketmq.mqadmin("queryMsgByKey", "-t", topic, "-k", shared))
+        assert {m["body_text"] for m in merged["messages"]} == {"to broker-a", "to broker-b"}
+        everywhere = wait_until(lambda: found_by_key(client, shared, want=2), 30, "the key in every topic")
+        assert {m["offset_msg_id"] for m in everywhere["messages"]} == {m["offset_msg_id"] for m in merged["messages"]}
+
+        copy_on_b = on_b[0]
+        [by_unique] = client.get(f"/api/messages/by-unique-key/{copy_on_b['msgId']}").json()["messages"]
+        same_message(query_msg_by_id_fields(rocketmq.mqadmin("queryMsgByUniqueKey", "-i", copy_on_b["msgId"],
+                                                              "-t", topic)), by_unique)
+        assert by_unique["offset_msg_id"] == copy_on_b["offsetMsgId"]
+
+        by_id = client.get(f"/api/messages/by-id/{copy_on_b['offsetMsgId']}").json()["message"]
+        same_message(query_msg_by_id_fields(rocketmq.mqadmin("queryMsgById", "-i", copy_on_b["offsetMsgId"])), by_id)
+
+        queue_id, offset = copy_on_b["queueId"], copy_on_b["queueOffset"]
+        at = client.get(f"/api/topics/{topic}/queues/{queue_id}/messages/{offset}", params={"broker": "broker-b"})
+        theirs = query_msg_by_id_fields(rocketmq.mqadmin("queryMsgByOffset", "-t", topic, "-b", "broker-b",
+                                                         "-i", queue_id, "-o", offset))
+        same_message(theirs, at.json()["message"])
+        assert theirs["OffsetID"] == at.json()["message"]["offset_msg_id"] == copy_on_b["offsetMsgId"]
+        unnamed = client.get(f"/api/topics/{topic}/queues/{queue_id}/messages/{offset}")
+        assert unnamed.status_code == 400 and "broker-a, broker-b" in unnamed.json()["error"]
+
+        rocketmq.run("consume", group, topic, "9", "90")  # 8 keys and the shared one
+        expected = consumer_progress_rows(rocketmq.mqadmin("consumerProgress", "-g", group))
+        assert {broker for _, broker, _ in expected} == {"broker-a", "broker-b"}
+        progress = client.get(f"/api/groups/{group}").json()
+        assert (progress["complete"], progress["problems"]) == (True, [])
+        assert {(q["topic"], q["broker"], q["queue_id"]): (q["max_offset"], q["committed"])
+                for q in progress["queues"]} == expected
+        assert progress["lag"] == sum(hi - lo for hi, lo in expected.values())
+        assert "Traceback" not in server.log_text()
+
+
+def test_broker_b_killed_mid_search_is_named_and_used_again_once_back(two_brokers, tmp_path):
+    two_brokers.ensure_running()
+    broker_b = two_brokers.broker_b
+    topic, key = topic_on_both(two_brokers, "FaultTopic"), unique("fault")
+    for broker in ("broker-a", "broker-b"):
+        send_to(two_brokers, topic, key, broker)
+    settings = {"cluster_request_timeout_ms": 4000, "cluster_deadline_ms": 6000}
+    with console_on(two_brokers.cluster, tmp_path, settings) as server, server.client() as client, \
+            ThreadPoolExecutor(1) as pool:
+        before = wait_until(lambda: found_by_key(client, key, want=2), 30, "both brokers to index the key")
+        [on_a] = [m["offset_msg_id"] for m in before["messages"] if not m["offset_msg_id"].startswith(BROKER_B_HOST)]
+
+        broker_b.pause()  # the search's request to broker-b waits, unread, until the kill
+        started = time.monotonic()
+        search = pool.submit(client.get, "/api/messages/by-key", params={"key": key})
+        wait_until(broker_b.unread_requests, 10, "the search to ask broker-b")
+        broker_b.kill()
+        answer = search.result(timeout=30)
+        assert time.monotonic() - started < 6.0
+        body = answer.json()
+        assert answer.status_code == 200 and body["complete"] is False, answer.text
+        assert [m["offset_msg_id"] for m in body["messages"]] == [on_a]
+        [problem] = body["problems"]
+        assert "broker-b" in problem and broker_b.address in problem and "broker-a" not in problem
+
+        def broker_b_shown_down():
+            view = client.get("/api/clusters").json()
+            shown = [b for c in view["clusters"] for b in c["brokers"] if b["name"] == "broker-b"]
+            return view if not shown or not shown[0]["answered"] else None
+
+        down = wait_until(broker_b_shown_down, 30, "the cluster page to show broker-b down or gone")
+        assert "broker-a" in {b["name"] for c in down["clusters"] for b in c["brokers"]}
+        page = client.get("/cluster", headers=HTML)
+        assert page.status_code == 200 and "broker-a" in page.text
+        alone = client.get("/api/messages/by-key", params={"key": key})
+        assert alone.status_code == 200 and on_a in [m["offset_msg_id"] for m in alone.json()["messages"]]
+
+        broker_b.start()
+        back = wait_until(lambda: found_by_key(client, key, want=2), 30, "the console to use broker-b again")
+        assert {m["offset_msg_id"] for m in back["messages"]} == {m["offset_msg_id"] for m in before["messages"]}
+        # A broker's first second refuses runtime info (its rate samples are still empty): wait it out.
+        view = wait_until(lambda: (v := client.get("/api/clusters").json())["complete"] and v, 30,
+                          "the cluster page to show broker-b answering again")
+        assert {b["name"] for c in view["clusters"] for b in c["brokers"] if b["answered"]} == {"broker-a", "broker-b"}
+        assert "Traceback" not in server.log_text()
