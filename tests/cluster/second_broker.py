@@ -6,15 +6,22 @@ tests. Only the processes this module starts are ever signalled."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from cluster.remoting.client import ClientOptions, RemotingClient
+from cluster.remoting.codes import ResponseCode
+from cluster.remoting.command import request
 from cluster.remoting.errors import RemotingError
+from cluster.remoting.frame import FRAME_LENGTH, decode_frame_payload, encode_frame, frame_length
 from cluster.remoting.namesrv import NameServerAdmin
 from tests.cluster.rocketmq_fixture import FAST_DELAY_LEVELS, FIXTURE_HOME, RMQ_FIXTURE, RocketMQFixture
 
@@ -22,6 +29,8 @@ CLUSTER = "DefaultCluster"
 START_DEADLINE_S = 90
 STOP_DEADLINE_S = 15
 ESTABLISHED = "01"  # a socket state in /proc/net/tcp
+REGISTER_BROKER = 103  # RequestCode.REGISTER_BROKER: a broker announcing itself and its topics to a name server
+PERM_READ_WRITE = 6
 # The JVM options `rmq-fixture` gives its brokers (RocketMQ 4.9.8 on Java 17 needs the opens).
 JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseSerialGC",
                "-XX:-OmitStackTraceInFastThrow",
@@ -181,3 +190,32 @@ class TwoBrokers:
             self.broker_b.resume()
             return
         self.broker_b.start()
+
+
+@contextlib.contextmanager
+def registered_broker(rocketmq: RocketMQFixture, name: str, address: str, topics: list[str]) -> Iterator[None]:
+    """Announce a broker at `address` (a scripted one: tests/cluster/fake_server.py) to the fixture's
+    name server, holding one queue of each topic, for the block. The name server keeps it while the
+    registering connection stays open; closing it at the end makes the name server drop it."""
+    table = {topic: {"topicName": topic, "readQueueNums": 1, "writeQueueNums": 1, "perm": PERM_READ_WRITE,
+                     "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False} for topic in topics}
+    body = orjson.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": table}, "filterServerList": []})
+    announce = request(REGISTER_BROKER, {"brokerName": name, "brokerAddr": address, "clusterName": CLUSTER,
+                                         "haServerAddr": address, "brokerId": 0, "compressed": False,
+                                         "bodyCrc32": 0}, body)
+    announce.opaque = 1
+    with rocketmq.connect_raw(rocketmq.namesrv) as connection:
+        connection.sendall(encode_frame(announce))
+        answer = decode_frame_payload(_read_exactly(connection, frame_length(_read_exactly(connection,
+                                                                                          FRAME_LENGTH.size))))
+        assert answer.code == ResponseCode.SUCCESS, f"the name server refused the registration: {answer.remark}"
+        yield
+
+
+def _read_exactly(connection, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        assert chunk, "the name server closed the connection"
+        data += chunk
+    return data

@@ -9,8 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from cluster.remoting.command import RemotingCommand
 from cluster.remoting.fastjson import loads_fastjson
 from tests.cluster.console import console_on
+from tests.cluster.fake_server import Peer, fake_server_thread
+from tests.cluster.second_broker import registered_broker
 from tests.cluster.test_cluster_console import cluster_list, topic_status_rows
 from tests.cluster.test_cluster_lookups import same_message
 from tests.cluster.test_remoting_fixture import (
@@ -138,6 +141,7 @@ def test_broker_b_killed_mid_search_is_named_and_used_again_once_back(two_broker
         assert [m["offset_msg_id"] for m in body["messages"]] == [on_a]
         [problem] = body["problems"]
         assert "broker-b" in problem and broker_b.address in problem and "broker-a" not in problem
+        assert "connection" in problem.lower(), problem  # it died in the middle of the call: said so, no timeout
 
         def broker_b_shown_down():
             view = client.get("/api/clusters").json()
@@ -158,4 +162,34 @@ def test_broker_b_killed_mid_search_is_named_and_used_again_once_back(two_broker
         view = wait_until(lambda: (v := client.get("/api/clusters").json())["complete"] and v, 30,
                           "the cluster page to show broker-b answering again")
         assert {b["name"] for c in view["clusters"] for b in c["brokers"] if b["answered"]} == {"broker-a", "broker-b"}
+        assert "Traceback" not in server.log_text()
+
+
+def test_a_registered_broker_that_never_answers_keeps_every_answer_within_the_deadline(two_brokers, tmp_path):
+    two_brokers.ensure_running()
+    rocketmq = two_brokers.cluster
+    topic, key = topic_on_both(two_brokers, "SlowTopic"), unique("slow")
+    send_to(two_brokers, topic, key, "broker-a")
+
+    async def silent(peer: Peer, cmd: RemotingCommand) -> None:
+        """Reads every request and answers none: a broker that hangs."""
+
+    settings = {"cluster_request_timeout_ms": 1000, "cluster_deadline_ms": 3000}
+    with fake_server_thread(silent, socket_factory=rocketmq.socket_factory) as slow, \
+            registered_broker(rocketmq, "broker-slow", slow, [topic]), \
+            console_on(rocketmq, tmp_path, settings) as server, server.client() as client:
+        for url, params in (("/api/messages/by-key", {"key": key}),
+                            ("/api/messages/by-key", {"key": key, "topic": topic}), ("/api/clusters", {}),
+                            ("/api/topics", {}), (f"/api/groups/{unique('SlowGroup')}", {})):
+            started = time.monotonic()
+            r = client.get(url, params=params)
+            assert time.monotonic() - started < 3.5, url
+            body = r.json()
+            assert r.status_code == 200 and body["complete"] is False, (url, r.text)
+            assert any("broker-slow" in p and slow in p for p in body["problems"]), (url, body["problems"])
+            assert not any("broker-a" in p or "broker-b" in p for p in body["problems"]), (url, body["problems"])
+            if url.endswith("by-key"):
+                assert [m["body_text"] for m in body["messages"]] == ["to broker-a"], url
+        page = client.get("/cluster", headers=HTML)
+        assert page.status_code == 200 and 'data-testid="cluster-problems"' in page.text and slow in page.text
         assert "Traceback" not in server.log_text()
