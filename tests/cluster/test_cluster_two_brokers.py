@@ -5,7 +5,7 @@ registers and then never answers. One two-broker cluster for the file (`two_brok
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
@@ -53,76 +53,93 @@ def test_every_answer_merges_both_brokers_and_equals_mqadmin(two_brokers, tmp_pa
     two_brokers.ensure_running()
     rocketmq = two_brokers.cluster
     topic, group, shared = topic_on_both(two_brokers, "TwoTopic"), unique("TwoGroup"), unique("shared")
-    sent = rocketmq.produce(topic, 8, unique("two"))  # round robin over the 8 queues: 4 on each broker
-    on_b = [s for s in sent if s["offsetMsgId"].startswith(BROKER_B_HOST)]
-    assert len(on_b) == 4, sent
-    for broker in ("broker-a", "broker-b"):
-        send_to(two_brokers, topic, shared, broker)
-    with console_on(rocketmq, tmp_path) as server, server.client() as client:
-        clusters = client.get("/api/clusters").json()
-        assert (clusters["complete"], clusters["problems"]) == (True, [])
-        listed_brokers = cluster_list(rocketmq.mqadmin("clusterList"))
-        assert sorted((c["name"], b["name"], b["broker_id"], b["address"], b["version"])
-                      for c in clusters["clusters"] for b in c["brokers"]) == listed_brokers
-        assert {b["name"] for c in clusters["clusters"] for b in c["brokers"]} == {"broker-a", "broker-b"}
-
-        topics = client.get("/api/topics").json()
-        assert (topics["complete"], topics["problems"]) == (True, [])
-        listed = {line.strip() for line in rocketmq.mqadmin("topicList").splitlines() if line.strip()}
-        assert topic in {t["name"] for t in topics["topics"]} <= listed
-        [ours] = [t for t in topics["topics"] if t["name"] == topic]
-        printed = rocketmq.mqadmin("topicRoute", "-t", topic)
-        route = loads_fastjson(printed[printed.index("{"): printed.rindex("}") + 1])
-        per_broker = {}
-        for queue in ours["queue_offsets"]:
-            per_broker[queue["broker"]] = per_broker.get(queue["broker"], 0) + 1
-        assert per_broker == {q["brokerName"]: q["readQueueNums"] for q in route["queueDatas"]} \
-            == {"broker-a": 4, "broker-b": 4}
-        assert {(q["broker"], q["queue_id"]): (q["min_offset"], q["max_offset"]) for q in ours["queue_offsets"]} \
-            == topic_status_rows(rocketmq.mqadmin("topicStatus", "-t", topic))
-
-        merged = wait_until(lambda: found_by_key(client, shared, topic, want=2), 30, "both brokers to index the key")
-        assert {(m["unique_key"], m["queue_id"], m["queue_offset"]) for m in merged["messages"]} \
-            == query_msg_by_key_rows(rocketmq.mqadmin("queryMsgByKey", "-t", topic, "-k", shared))
-        assert {m["body_text"] for m in merged["messages"]} == {"to broker-a", "to broker-b"}
-        everywhere = wait_until(lambda: found_by_key(client, shared, want=2), 30, "the key in every topic")
-        assert {m["offset_msg_id"] for m in everywhere["messages"]} == {m["offset_msg_id"] for m in merged["messages"]}
-
+    with ThreadPoolExecutor(3) as pool:  # each mqadmin is a JVM start: seed and ask in parallel
+        producing = pool.submit(rocketmq.produce, topic, 8, unique("two"))  # round robin over 8 queues, 4 a broker
+        for sending in [pool.submit(send_to, two_brokers, topic, shared, b) for b in ("broker-a", "broker-b")]:
+            sending.result()
+        sent = producing.result()
+        on_b = [s for s in sent if s["offsetMsgId"].startswith(BROKER_B_HOST)]
+        assert len(on_b) == 4, sent
         copy_on_b = on_b[0]
-        [by_unique] = client.get(f"/api/messages/by-unique-key/{copy_on_b['msgId']}").json()["messages"]
-        same_message(query_msg_by_id_fields(rocketmq.mqadmin("queryMsgByUniqueKey", "-i", copy_on_b["msgId"],
-                                                              "-t", topic)), by_unique)
-        assert by_unique["offset_msg_id"] == copy_on_b["offsetMsgId"]
-
-        by_id = client.get(f"/api/messages/by-id/{copy_on_b['offsetMsgId']}").json()["message"]
-        same_message(query_msg_by_id_fields(rocketmq.mqadmin("queryMsgById", "-i", copy_on_b["offsetMsgId"])), by_id)
-
         queue_id, offset = copy_on_b["queueId"], copy_on_b["queueOffset"]
-        at = client.get(f"/api/topics/{topic}/queues/{queue_id}/messages/{offset}", params={"broker": "broker-b"})
-        theirs = query_msg_by_id_fields(rocketmq.mqadmin("queryMsgByOffset", "-t", topic, "-b", "broker-b",
-                                                         "-i", queue_id, "-o", offset))
-        same_message(theirs, at.json()["message"])
-        assert theirs["OffsetID"] == at.json()["message"]["offset_msg_id"] == copy_on_b["offsetMsgId"]
-        unnamed = client.get(f"/api/topics/{topic}/queues/{queue_id}/messages/{offset}")
-        assert unnamed.status_code == 400 and "broker-a, broker-b" in unnamed.json()["error"]
+        theirs = {args[0]: pool.submit(rocketmq.mqadmin, *args) for args in (
+            ("clusterList",), ("topicList",), ("topicRoute", "-t", topic), ("topicStatus", "-t", topic),
+            ("queryMsgByUniqueKey", "-i", copy_on_b["msgId"], "-t", topic),
+            ("queryMsgById", "-i", copy_on_b["offsetMsgId"]),
+            ("queryMsgByOffset", "-t", topic, "-b", "broker-b", "-i", queue_id, "-o", offset))}
+        with console_on(rocketmq, tmp_path) as server, server.client() as client:
+            check_both_brokers_listed(client, topic, {name: theirs[name].result() for name in
+                                                      ("clusterList", "topicList", "topicRoute", "topicStatus")})
+            check_lookups_merged(client, rocketmq, topic, shared, copy_on_b, theirs)
+            check_group_progress(client, rocketmq, topic, group)
+            assert "Traceback" not in server.log_text()
 
-        rocketmq.run("consume", group, topic, "9", "90")  # 8 keys and the shared one
-        expected = consumer_progress_rows(rocketmq.mqadmin("consumerProgress", "-g", group))
-        assert {broker for _, broker, _ in expected} == {"broker-a", "broker-b"}
-        progress = client.get(f"/api/groups/{group}").json()
-        assert (progress["complete"], progress["problems"]) == (True, [])
-        assert {(q["topic"], q["broker"], q["queue_id"]): (q["max_offset"], q["committed"])
-                for q in progress["queues"]} == expected
-        assert progress["lag"] == sum(hi - lo for hi, lo in expected.values())
-        assert "Traceback" not in server.log_text()
+
+def check_both_brokers_listed(client, topic: str, theirs: dict[str, str]) -> None:
+    clusters = client.get("/api/clusters").json()
+    assert (clusters["complete"], clusters["problems"]) == (True, [])
+    assert sorted((c["name"], b["name"], b["broker_id"], b["address"], b["version"])
+                  for c in clusters["clusters"] for b in c["brokers"]) == cluster_list(theirs["clusterList"])
+    assert {b["name"] for c in clusters["clusters"] for b in c["brokers"]} == {"broker-a", "broker-b"}
+
+    topics = client.get("/api/topics").json()
+    assert (topics["complete"], topics["problems"]) == (True, [])
+    listed = {line.strip() for line in theirs["topicList"].splitlines() if line.strip()}
+    assert topic in {t["name"] for t in topics["topics"]} <= listed
+    [ours] = [t for t in topics["topics"] if t["name"] == topic]
+    printed = theirs["topicRoute"]
+    route = loads_fastjson(printed[printed.index("{"): printed.rindex("}") + 1])
+    per_broker = {}
+    for queue in ours["queue_offsets"]:
+        per_broker[queue["broker"]] = per_broker.get(queue["broker"], 0) + 1
+    assert per_broker == {q["brokerName"]: q["readQueueNums"] for q in route["queueDatas"]} \
+        == {"broker-a": 4, "broker-b": 4}
+    assert {(q["broker"], q["queue_id"]): (q["min_offset"], q["max_offset"]) for q in ours["queue_offsets"]} \
+        == topic_status_rows(theirs["topicStatus"])
+
+
+def check_lookups_merged(client, rocketmq, topic: str, shared: str, copy_on_b: dict[str, str],
+                         theirs: dict[str, Future[str]]) -> None:
+    merged = wait_until(lambda: found_by_key(client, shared, topic, want=2), 30, "both brokers to index the key")
+    assert {(m["unique_key"], m["queue_id"], m["queue_offset"]) for m in merged["messages"]} \
+        == query_msg_by_key_rows(rocketmq.mqadmin("queryMsgByKey", "-t", topic, "-k", shared))
+    assert {m["body_text"] for m in merged["messages"]} == {"to broker-a", "to broker-b"}
+    everywhere = wait_until(lambda: found_by_key(client, shared, want=2), 30, "the key in every topic")
+    assert {m["offset_msg_id"] for m in everywhere["messages"]} == {m["offset_msg_id"] for m in merged["messages"]}
+
+    [by_unique] = client.get(f"/api/messages/by-unique-key/{copy_on_b['msgId']}").json()["messages"]
+    same_message(query_msg_by_id_fields(theirs["queryMsgByUniqueKey"].result()), by_unique)
+    assert by_unique["offset_msg_id"] == copy_on_b["offsetMsgId"]
+
+    by_id = client.get(f"/api/messages/by-id/{copy_on_b['offsetMsgId']}").json()["message"]
+    same_message(query_msg_by_id_fields(theirs["queryMsgById"].result()), by_id)
+
+    at_offset = f"/api/topics/{topic}/queues/{copy_on_b['queueId']}/messages/{copy_on_b['queueOffset']}"
+    at = client.get(at_offset, params={"broker": "broker-b"}).json()["message"]
+    printed = query_msg_by_id_fields(theirs["queryMsgByOffset"].result())
+    same_message(printed, at)
+    assert printed["OffsetID"] == at["offset_msg_id"] == copy_on_b["offsetMsgId"]
+    unnamed = client.get(at_offset)
+    assert unnamed.status_code == 400 and "broker-a, broker-b" in unnamed.json()["error"]
+
+
+def check_group_progress(client, rocketmq, topic: str, group: str) -> None:
+    rocketmq.run("consume", group, topic, "9", "90")  # 8 keys and the shared one
+    expected = consumer_progress_rows(rocketmq.mqadmin("consumerProgress", "-g", group))
+    assert {broker for _, broker, _ in expected} == {"broker-a", "broker-b"}
+    progress = client.get(f"/api/groups/{group}").json()
+    assert (progress["complete"], progress["problems"]) == (True, [])
+    assert {(q["topic"], q["broker"], q["queue_id"]): (q["max_offset"], q["committed"])
+            for q in progress["queues"]} == expected
+    assert progress["lag"] == sum(hi - lo for hi, lo in expected.values())
 
 
 def test_broker_b_killed_mid_search_is_named_and_used_again_once_back(two_brokers, tmp_path):
     two_brokers.ensure_running()
     broker_b = two_brokers.broker_b
     topic, key = topic_on_both(two_brokers, "FaultTopic"), unique("fault")
-    for broker in ("broker-a", "broker-b"):
-        send_to(two_brokers, topic, key, broker)
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda broker: send_to(two_brokers, topic, key, broker), ("broker-a", "broker-b")))
     settings = {"cluster_request_timeout_ms": 4000, "cluster_deadline_ms": 6000}
     with console_on(two_brokers.cluster, tmp_path, settings) as server, server.client() as client, \
             ThreadPoolExecutor(1) as pool:
