@@ -23,7 +23,13 @@ from cluster.remoting.command import request
 from cluster.remoting.errors import RemotingError
 from cluster.remoting.frame import FRAME_LENGTH, decode_frame_payload, encode_frame, frame_length
 from cluster.remoting.namesrv import NameServerAdmin
-from tests.cluster.rocketmq_fixture import FAST_DELAY_LEVELS, FIXTURE_HOME, RMQ_FIXTURE, RocketMQFixture
+from tests.cluster.rocketmq_fixture import (
+    FAST_DELAY_LEVELS,
+    FIXTURE_HOME,
+    RMQ_FIXTURE,
+    RocketMQFixture,
+    wait_answering,
+)
 
 CLUSTER = "DefaultCluster"
 START_DEADLINE_S = 90
@@ -79,6 +85,7 @@ class ExtraBroker:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self, deadline_s: float = START_DEADLINE_S) -> ExtraBroker:
+        """Launch it; returns once the name server lists it and it answers runtime info."""
         assert not self.running, f"{self.name} already runs"
         (self.home / "store").mkdir(parents=True, exist_ok=True)
         conf = self.home / "broker.conf"
@@ -96,6 +103,7 @@ class ExtraBroker:
                                           env={**os.environ, "ROCKETMQ_HOME": str(FIXTURE_HOME)})
         try:
             self.wait_registered(deadline_s)
+            wait_answering(self.rocketmq, self.address)
         except BaseException:
             self.kill()
             raise

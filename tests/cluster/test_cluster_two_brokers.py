@@ -175,9 +175,8 @@ def test_broker_b_killed_mid_search_is_named_and_used_again_once_back(two_broker
         broker_b.start()
         back = wait_until(lambda: found_by_key(client, key, want=2), 30, "the console to use broker-b again")
         assert {m["offset_msg_id"] for m in back["messages"]} == {m["offset_msg_id"] for m in before["messages"]}
-        # A broker's first second refuses runtime info (its rate samples are still empty): wait it out.
-        view = wait_until(lambda: (v := client.get("/api/clusters").json())["complete"] and v, 30,
-                          "the cluster page to show broker-b answering again")
+        view = client.get("/api/clusters").json()
+        assert view["complete"] is True, view["problems"]
         assert {b["name"] for c in view["clusters"] for b in c["brokers"] if b["answered"]} == {"broker-a", "broker-b"}
         assert "Traceback" not in server.log_text()
 
@@ -207,6 +206,13 @@ def test_a_registered_broker_that_never_answers_keeps_every_answer_within_the_de
             assert not any("broker-a" in p or "broker-b" in p for p in body["problems"]), (url, body["problems"])
             if url.endswith("by-key"):
                 assert [m["body_text"] for m in body["messages"]] == ["to broker-a"], url
+        slow_port = int(slow.rsplit(":", 1)[1])
+        for url, params in ((f"/api/messages/by-id/7F000001{slow_port:08X}{0:016X}", {}),
+                            (f"/api/topics/{topic}/queues/0/messages/0", {"broker": "broker-slow"})):
+            started = time.monotonic()
+            r = client.get(url, params=params)
+            assert time.monotonic() - started < 3.5, url
+            assert r.status_code == 424 and "broker-slow" in r.json()["error"] and slow in r.json()["error"], r.text
         page = client.get("/cluster", headers=HTML)
         assert page.status_code == 200 and 'data-testid="cluster-problems"' in page.text and slow in page.text
         assert "Traceback" not in server.log_text()
