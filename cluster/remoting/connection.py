@@ -116,14 +116,16 @@ class RemotingConnection:
                 raise ConnectionLost(self.address, self._closed_reason) from None
 
     async def request(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
-        """Send `cmd` (its opaque is assigned here) and wait for the response with the same opaque."""
+        """Send `cmd` (its opaque is assigned here) and wait for the response with the same opaque.
+        The timeout covers the sending too: a server that stops reading fills the socket buffers,
+        and then the write itself waits."""
         cmd.opaque = self._next_opaque()
         cmd.flag &= ~ONEWAY_FLAG
         future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._waiting[cmd.opaque] = future
         try:
-            await self._write(cmd)
             async with asyncio.timeout(timeout_s):
+                await self._write(cmd)
                 return await future
         except TimeoutError:
             raise RemotingTimeout(self.address, cmd.code, timeout_s) from None
@@ -187,7 +189,10 @@ class RemotingConnection:
             if not future.done():
                 future.set_exception(ConnectionLost(self.address, reason))
         self._waiting.clear()
-        self._writer.close()
+        if self._writer.transport.get_write_buffer_size():
+            self._writer.transport.abort()  # a peer that stopped reading would keep a flushing close open forever
+        else:
+            self._writer.close()
 
     async def close(self) -> None:
         self._close("connection closed")

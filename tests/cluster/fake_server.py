@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from collections.abc import Awaitable, Callable
 
@@ -41,15 +42,25 @@ class Peer:
 
 
 class FakeServer:
-    def __init__(self, handler: Handler, port: int = 0):
+    """Listens on 127.0.0.1:`port` (0: any free port); with a `socket_factory`, on a socket it makes
+    (one created inside the RocketMQ fixture's network namespace, so brokers there can be played)."""
+
+    def __init__(self, handler: Handler, port: int = 0, socket_factory: Callable[[], socket.socket] | None = None):
         self.handler = handler
         self.port = port
+        self.socket_factory = socket_factory
         self.received: list[RemotingCommand] = []
         self.peers: list[Peer] = []
         self._server: asyncio.Server | None = None
 
     async def __aenter__(self) -> FakeServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        if self.socket_factory is None:
+            self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        else:
+            listener = self.socket_factory()
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", self.port))
+            self._server = await asyncio.start_server(self._serve, sock=listener)
         return self
 
     async def __aexit__(self, *exc_info) -> None:
@@ -74,13 +85,13 @@ class FakeServer:
 
 
 @contextlib.contextmanager
-def fake_server_thread(handler: Handler, port: int = 0):
+def fake_server_thread(handler: Handler, port: int = 0, socket_factory: Callable[[], socket.socket] | None = None):
     """A FakeServer on an event loop of its own thread, for code under test that runs elsewhere
     (another process); yields its address."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="fake-remoting-server", daemon=True)
     thread.start()
-    server = FakeServer(handler, port)
+    server = FakeServer(handler, port, socket_factory)
     asyncio.run_coroutine_threadsafe(server.__aenter__(), loop).result(10)
     try:
         yield server.address

@@ -7,6 +7,7 @@ setns(2), switching only the calling thread and only while the socket is created
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import os
@@ -14,12 +15,18 @@ import re
 import shutil
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from cluster.remoting.broker import BrokerAdmin
+from cluster.remoting.client import ClientOptions, RemotingClient
+from cluster.remoting.errors import RemotingError, ResponseError
 
 FIXTURE_HOME = Path(__file__).resolve().parents[3] / "shared" / "rocketmq-4.9.8-cluster"
 RMQ_FIXTURE = FIXTURE_HOME / "bin" / "rmq-fixture"
 CLONE_NEWNET = 0x40000000
+BROKER_A = "127.0.0.1:10911"
 FAST_DELAY_LEVELS = " ".join(["1s"] * 18)
 
 
@@ -125,7 +132,35 @@ def start(run_dir: Path, env: dict[str, str] | None = None, *, trace: bool = Fal
     status = subprocess.run([str(RMQ_FIXTURE), "status", "--dir", str(run_dir)],
                             capture_output=True, text=True, timeout=30).stdout
     fields = dict(line.split("=", 1) for line in status.splitlines() if "=" in line)
-    return RocketMQFixture(run_dir=run_dir, namesrv=done.stdout.strip(), netns_pid=int(fields["netns_pid"]))
+    cluster = RocketMQFixture(run_dir=run_dir, namesrv=done.stdout.strip(), netns_pid=int(fields["netns_pid"]))
+    try:
+        wait_answering(cluster, BROKER_A)
+    except BaseException:
+        stop(run_dir)
+        raise
+    return cluster
+
+
+def wait_answering(cluster: RocketMQFixture, broker: str, deadline_s: float = 30) -> None:
+    """Until the broker answers runtime info. Registered is not enough: in a 4.9.8 broker's first
+    second GET_BROKER_RUNTIME_INFO fails (NoSuchElementException: its rate samples are still empty).
+    Any other refusal (a broker with ACL on refuses this unsigned request) is an answer."""
+    async def ask() -> None:
+        options = ClientOptions(socket_factory=cluster.socket_factory, connect_timeout_s=2, request_timeout_s=2)
+        async with RemotingClient(options) as client:
+            await BrokerAdmin(client).runtime_info(broker)
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return asyncio.run(ask())
+        except ResponseError as exc:
+            if "NoSuchElementException" not in (exc.remark or "") or time.monotonic() > deadline:
+                return
+        except RemotingError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
 
 
 def stop(run_dir: Path) -> None:

@@ -125,6 +125,27 @@ def test_a_dropped_connection_fails_its_requests_and_the_next_call_reconnects():
     asyncio.run(main())
 
 
+def test_a_server_that_stops_reading_times_the_request_out_while_it_is_still_being_sent():
+    """A hung broker whose socket buffers are full: the write waits, and the request's timeout
+    covers it; the next call times out as well, and closing drops the unsent bytes instead of
+    waiting for them to flush."""
+
+    async def main():
+        with socket.create_server(("127.0.0.1", 0)) as never_reads:  # the kernel accepts; nobody reads
+            conn = await RemotingConnection.open(f"127.0.0.1:{never_reads.getsockname()[1]}")
+            big = request(11, body=bytes(8 * 2**20))  # more than the socket buffers hold
+            async with asyncio.timeout(10):  # the test's own bound, so that a regression fails instead of hanging
+                with pytest.raises(RemotingTimeout):
+                    await conn.request(big, 0.3)
+                with pytest.raises(RemotingTimeout):
+                    await conn.request(request(28), 0.3)
+                assert conn.waiting == 0
+                await conn.close()
+            assert conn.closed
+
+    asyncio.run(main())
+
+
 def test_an_oversized_frame_is_refused_before_it_is_read():
     async def announce_a_huge_frame(peer: Peer, cmd: RemotingCommand) -> None:
         await peer.send_raw(struct.pack(">i", 64 * 1024 * 1024))  # and never the bytes
