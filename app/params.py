@@ -232,3 +232,6 @@ def not_both(first: str, second: str, types: tuple[str, str]) -> dict[str, Any]:
     """JSON Schema for an object where these two fields are not both set (not null)."""
     return {"not": {"properties": {first: {"type": types[0]}, second: {"type": types[1]}},
                     "required": [first, second]}}
+BrokerName = Annotated[str, Path(description="A broker's name, as the Cluster page lists it.", min_length=1,
+                                 max_length=255, pattern=r"^[%|a-zA-Z0-9_.-]+$")]
+BrokerId = Annotated[int, Path(description="0: the master; a slave's id otherwise.", ge=0, le=1024)]

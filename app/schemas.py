@@ -993,6 +993,17 @@ class ClusterOut(BaseModel):
     brokers: list[BrokerOut]
 
 
+class BrokerSettingsResponse(BaseModel):
+    ok: Literal[True] = True
+    name: str
+    broker_id: int = Field(description="0: the master.")
+    address: str | None = Field(description="host:port; null for the embedded store.")
+    settings: dict[str, str] = Field(description="Every setting by key, as the broker answers them (RocketMQ's "
+                                     "broker config; the embedded store's own configuration).")
+    complete: bool = Field(description="False: the broker did not answer (see problems).")
+    problems: list[str]
+
+
 class ClustersResponse(BaseModel):
     ok: Literal[True] = True
     backend: Literal["embedded", "cluster"]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from backend.embedded_groups import group_rows, lags, queue_bounds
 from backend.protocol import (
     DELAY_LEVEL_SETTING,
     BackendRefused,
     BackendView,
     BrokerSetting,
+    BrokerSettings,
     BrokerSettingValue,
     BrokerView,
     ClientTrace,
@@ -240,6 +243,17 @@ class EmbeddedBackend:
                     continue
                 settled.update(ended_offsets(body))
         return settled, complete
+
+
+    # -- broker settings
+    def broker_settings(self, name: str, broker_id: int) -> BrokerSettings | None:
+        if (name, broker_id) != (EMBEDDED_BROKER, 0):
+            return None
+        config = dataclasses.asdict(self.store.config)
+        geometry = config.pop("geometry")
+        found = {**config, **geometry, "delay_levels": self.store.delay_levels.spec}
+        return BrokerSettings(name, broker_id, None, {key: "" if value is None else str(value)
+                                                      for key, value in sorted(found.items())})
 
 
 def _group_view(config: GroupConfig, configured: bool) -> GroupView:

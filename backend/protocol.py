@@ -367,6 +367,11 @@ class Backend(Protocol):
         ...
 
 
+    # -- broker settings
+    def broker_settings(self, name: str, broker_id: int) -> BrokerSettings | None:
+        """Every setting of the broker `name` with this id (0: its master); None when there is none."""
+        ...
+
     # -- timeline
     def recorded_events(self, unique_key: str) -> list[TraceEvent]:
         """mqlens's own trace events of the message, oldest first (none on a cluster)."""
@@ -462,3 +467,16 @@ class BrokerSetting:
     @property
     def differ(self) -> bool:
         return len(self.values) > 1
+
+
+# -- broker settings
+@dataclass(frozen=True)
+class BrokerSettings:
+    """Every setting of one broker, as it answers them now (RocketMQ's broker config; the embedded
+    store's own configuration)."""
+
+    name: str
+    broker_id: int
+    address: str | None
+    settings: dict[str, str]  # by key
+    problems: list[str] = field(default_factory=list)  # it did not answer: why

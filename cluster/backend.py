@@ -19,6 +19,7 @@ from backend.protocol import (
     BackendUnavailable,
     BackendView,
     BrokerSetting,
+    BrokerSettings,
     ClientTrace,
     DeadLetterPage,
     DeadLetterWindow,
@@ -79,7 +80,7 @@ class ClusterBackend:
         self.lookups = ClusterLookups(self.ctx)
         self.dead_letters = ClusterDeadLetters(self.ctx, self.topic_views, self.lookups)
         self.offsets = ClusterOffsets(self.ctx, self.topic_views, self.group_views)
-        self.broker_settings = ClusterBrokerSettings(self.ctx)
+        self.broker_configs = ClusterBrokerSettings(self.ctx)
         self.timeline = ClusterTimeline(self.ctx)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="cluster-io", daemon=True)
@@ -180,10 +181,14 @@ class ClusterBackend:
         return self.run(lambda: self.offsets.apply(plan))
 
     def broker_setting(self, key: str) -> BrokerSetting:
-        return self.run(lambda: self.broker_settings.read(key))
+        return self.run(lambda: self.broker_configs.read(key))
 
     def update_broker_setting(self, key: str, value: str) -> BrokerSetting:
-        return self.run(lambda: self.broker_settings.write(key, value))
+        return self.run(lambda: self.broker_configs.write(key, value))
+
+    # -- broker settings
+    def broker_settings(self, name: str, broker_id: int) -> BrokerSettings | None:
+        return self.run(lambda: self.broker_configs.of_broker(name, broker_id))
 
     # -- timeline
     def recorded_events(self, unique_key: str) -> list:

@@ -1,11 +1,11 @@
 """Broker settings on a live cluster: one setting as every broker (masters and slaves) has it,
-and its write to all of them (UPDATE_BROKER_CONFIG)."""
+and its write to all of them (UPDATE_BROKER_CONFIG); every setting of one broker."""
 
 from __future__ import annotations
 
 import asyncio
 
-from backend.protocol import BrokerSetting, BrokerSettingValue
+from backend.protocol import BrokerSetting, BrokerSettings, BrokerSettingValue
 from cluster.calls import Calls
 from cluster.context import ClusterContext
 from cluster.remoting.errors import RemotingError
@@ -50,3 +50,21 @@ class ClusterBrokerSettings:
 
         await asyncio.gather(*(to(broker, address) for broker, address in await self._every_broker()))
         return await self.read(key, calls)
+
+    async def of_broker(self, name: str, broker_id: int) -> BrokerSettings | None:
+        """GET_BROKER_CONFIG of one broker; a broker that does not answer gives no settings and names why."""
+        try:
+            info = await self.ctx.namesrv.broker_cluster_info()
+        except RemotingError as exc:
+            raise self.ctx.no_name_server(exc) from None
+        data = info.brokers.get(name)
+        address = data.addresses.get(broker_id) if data is not None else None
+        if address is None:
+            return None
+        try:
+            config = await asyncio.wait_for(self.ctx.brokers.broker_config(address),
+                                            self.ctx.settings.request_timeout_s)
+        except (RemotingError, TimeoutError) as exc:
+            return BrokerSettings(name, broker_id, address, {},
+                                  [f"broker {name} ({address}) did not answer: {exc or type(exc).__name__}"])
+        return BrokerSettings(name, broker_id, address, dict(sorted(config.items())))

@@ -1,8 +1,9 @@
 """What the console is attached to, for the Cluster page and GET /api/clusters: the clusters,
-their brokers with role, version and rates, and what could not be seen."""
+their brokers with role, version and rates, and what could not be seen; and one broker's settings."""
 
 from __future__ import annotations
 
+from app.services.errors import NotFoundError
 from backend.protocol import Backend, BackendUnavailable, BackendView, BrokerView
 
 
@@ -23,3 +24,12 @@ def cluster_state(backend: Backend) -> dict:
     return {"backend": view.kind, "name_servers": view.name_servers, "complete": view.complete,
             "problems": view.problems,
             "clusters": [{"name": c.name, "brokers": [_broker(b) for b in c.brokers]} for c in view.clusters]}
+
+
+def broker_settings(backend: Backend, name: str, broker_id: int) -> dict:
+    """Every setting of one broker as plain data (`complete` false and `problems` when it did not answer)."""
+    found = backend.broker_settings(name, broker_id)
+    if found is None:
+        raise NotFoundError(f"no broker {name} with id {broker_id}: the Cluster page lists the brokers")
+    return {"name": found.name, "broker_id": found.broker_id, "address": found.address,
+            "settings": found.settings, "complete": not found.problems, "problems": found.problems}

@@ -50,6 +50,23 @@ def test_the_cluster_api_and_page_show_what_mqadmin_cluster_list_shows(rocketmq,
         assert (start.status_code, start.headers["location"]) == (303, "/cluster")
 
 
+def test_a_brokers_settings_are_what_mqadmin_get_broker_config_prints(rocketmq, tmp_path):
+    printed = {}
+    for line in rocketmq.mqadmin("getBrokerConfig", "-b", "127.0.0.1:10911").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and not key.startswith("="):
+            printed[key.strip()] = value.strip()
+    assert printed.get("brokerName") == "broker-a"
+    with console_on(rocketmq, tmp_path) as server, server.client() as client:
+        body = client.get("/api/clusters/brokers/broker-a/0/settings").json()
+        assert (body["address"], body["complete"], body["problems"]) == ("127.0.0.1:10911", True, [])
+        assert {k: v.strip() for k, v in body["settings"].items()} == printed
+        page = client.get("/cluster/brokers/broker-a/0", headers=HTML)
+        assert page.status_code == 200 and "messageDelayLevel" in page.text and "127.0.0.1:10911" in page.text
+        assert client.get("/api/clusters/brokers/broker-a/1/settings").status_code == 404
+        assert client.get("/api/clusters/brokers/broker-zz/0/settings").status_code == 404
+
+
 def test_what_needs_the_embedded_store_is_a_clear_409_on_a_cluster(rocketmq, tmp_path):
     with console_on(rocketmq, tmp_path) as server, server.client() as client:
         for path in ("/api/dlq/some_group/messages.csv", "/api/config/delay-levels/preview?levels=1s"):
