@@ -35,7 +35,7 @@ HEX_PREVIEW_BYTES = 4 * 1024
 BodyView = Literal["text", "json", "hex", "base64"]
 VIEWS: tuple[BodyView, ...] = get_args(BodyView)
 # What the message page shows only from the embedded store so far; on a live cluster it says so.
-NOT_YET_ON_A_CLUSTER = ("other copies", "client trace", "transaction state", "dead-letter actions")
+NOT_YET_ON_A_CLUSTER = ("other copies", "client trace", "transaction state")
 
 
 def hex_dump(data: bytes) -> str:
@@ -89,19 +89,19 @@ def other_copies(msg: StoredMessage, copies: list[StoredMessage]) -> list[dict]:
     return [message_summary(m) for m in copies if m.phys_offset != msg.phys_offset]
 
 
-def dead_letter_data(store: MessageStore, sessions: sessionmaker[Session], msg: StoredMessage) -> dict | None:
+def dead_letter_data(source: lookup.Source, sessions: sessionmaker[Session], msg: StoredMessage) -> dict | None:
     """For a dead letter: its group, where a resend takes it, and its last resend."""
     if not topics.is_dlq_topic(msg.topic):
         return None
     group = resend_service.group_of(msg.topic)
     try:
-        route = resend_service.Destination("group").topic_for(store, group, msg)
+        route = resend_service.Destination("group").topic_for(source, group, msg)
     except InvalidRequestError:
         route = None
     item = resend_service.resent_before(sessions, [msg.offset_msg_id]).get(msg.offset_msg_id)
     last = None if item is None else {"at_ms": item.at_ms, "actor": item.actor, "status": item.status,
                                       "new_offset_msg_id": item.new_offset_msg_id, "destination": item.destination,
-                                      "copy_state": dead_letters.copy_state(store, group, item.new_offset_msg_id)}
+                                      "copy_state": dead_letters.copy_state(source, group, item.new_offset_msg_id)}
     editable = "\n".join(f"{k}={v}" for k, v in resend_service.user_properties(msg).items())
     return {"group": group, "route": route, "last_resend": last, "click_key": secrets.token_urlsafe(16),
             "editable_properties": editable, "body_text": Body(msg.offset_msg_id, body_text(msg.body))}
@@ -154,8 +154,8 @@ def message_data(source: lookup.Source, offset_msg_id: str, sessions: sessionmak
         "download_url": f"/messages/{msg.offset_msg_id}/body",
     }
     if not isinstance(backend, EmbeddedBackend):
-        return {**shown, "dead_letter": None, "transaction": None, "client_trace": [], "copies": [],
-                "not_served": list(NOT_YET_ON_A_CLUSTER)}
+        return {**shown, "dead_letter": dead_letter_data(backend, sessions, msg), "transaction": None,
+                "client_trace": [], "copies": [], "not_served": list(NOT_YET_ON_A_CLUSTER)}
     store = backend.store
     copies = _all_copies(store, msg)
     return {**shown, "dead_letter": dead_letter_data(store, sessions, msg),

@@ -16,7 +16,6 @@ from app.services import resend as resend_service
 from app.services import timeline as service
 from app.services.errors import InvalidRequestError
 from app.services.timeline import MessageTimeline
-from backend.embedded import EmbeddedBackend
 from backend.protocol import Backend
 from store.format import topics
 
@@ -36,11 +35,8 @@ def _identity(found: MessageTimeline) -> dict:
 
 
 def _dead_letters(backend: Backend, found: MessageTimeline) -> dict[str, dict]:
-    """Per group whose verdict is dead-lettered: its newest dead letter and where a resend takes it
-    (resending is the embedded store's)."""
-    if not isinstance(backend, EmbeddedBackend):
-        return {}
-    store, dead = backend.store, {}
+    """Per group whose verdict is dead-lettered: its newest dead letter and where a resend takes it."""
+    dead: dict[str, dict] = {}
     for verdict in found.verdicts:
         if verdict.state != "dead_lettered":
             continue
@@ -48,7 +44,7 @@ def _dead_letters(backend: Backend, found: MessageTimeline) -> dict[str, dict]:
         if copies:
             newest = max(copies, key=lambda m: (m.store_timestamp, m.phys_offset))
             try:
-                route = resend_service.Destination("group").topic_for(store, verdict.group, newest)
+                route = resend_service.Destination("group").topic_for(backend, verdict.group, newest)
             except InvalidRequestError:
                 continue
             dead[verdict.group] = {"offset_msg_id": newest.offset_msg_id, "route": route}

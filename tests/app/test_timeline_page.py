@@ -120,6 +120,9 @@ async def test_failing_until_dead_lettered_shows_every_hop_and_the_verdict(api, 
     assert rows == [kind for kind, _, _ in kinds(body)]
     assert f'<a href="/messages/{dead["offset_msg_id"]}">{topics.dlq_topic(GROUP)}:0:0</a>' in page
     assert escaped(format_ms(dead["time_ms"])) in page
+    assert f'href="/groups/{GROUP}/dead-letters?key={put["unique_key"]}"' in page  # the verdict links its inbox
+    inbox = (await api.client.get(f"/api/dlq/{GROUP}/messages", params={"key": put["unique_key"]})).json()
+    assert [m["offset_msg_id"] for m in inbox["messages"]] == [dead["offset_msg_id"]]
 
 
 async def test_send_back_through_the_schedule_and_retry_topics_then_the_dead_letter_queue(api, clock):

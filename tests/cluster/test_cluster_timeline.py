@@ -27,25 +27,35 @@ def kinds(body: dict, group: str | None) -> list[str]:
     return [h["kind"] for h in body["hops"] if h.get("group") == group]
 
 
+def fail_in_one_group_consume_in_another(rocketmq, topic: str, count: int, failing: str, consuming: str) -> None:
+    """`failing` fails each message until it is a dead letter, while `consuming` consumes them."""
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(rocketmq.run, "consume", failing, topic, str(count), "60", "fail", "1"),
+                pool.submit(rocketmq.run, "consume", consuming, topic, str(count), "60")]
+        for run in runs:
+            run.result(timeout=150)
+
+
+def settled_timeline(client, unique_key: str, failing: str, consuming: str) -> dict:
+    """The message's timeline once the brokers have indexed the clients' trace and the dead letter."""
+    def settled() -> dict | None:
+        r = client.get(f"/api/messages/{unique_key}/timeline")
+        if r.status_code != 200:
+            return None
+        body = r.json()
+        states = {v["group"]: v["state"] for v in body["verdicts"]}
+        traced = {"sent", "consumed"} <= {h["kind"] for h in body["hops"]}
+        return body if traced and states == {failing: "dead_lettered", consuming: "consumed"} else None
+
+    return wait_until(settled, 60, "the trace and the dead letter to be indexed", poll_s=1)
+
+
 def test_a_dead_lettered_and_a_consumed_message_on_a_cluster_shows_its_hops_and_verdicts(rocketmq, tmp_path):
     topic, failing, consuming = unique("TimelineTopic"), unique("TimelineFail"), unique("TimelineOk")
     [sent] = rocketmq.produce(topic, 1, unique("tl"))
-    with ThreadPoolExecutor(2) as pool:
-        runs = [pool.submit(rocketmq.run, "consume", failing, topic, "1", "60", "fail", "1"),
-                pool.submit(rocketmq.run, "consume", consuming, topic, "1", "60")]
-        for run in runs:
-            run.result(timeout=150)
+    fail_in_one_group_consume_in_another(rocketmq, topic, 1, failing, consuming)
     with console_on(rocketmq, tmp_path) as server, server.client() as client:
-        def settled() -> dict | None:
-            r = client.get(f"/api/messages/{sent['msgId']}/timeline")
-            if r.status_code != 200:
-                return None
-            body = r.json()
-            states = {v["group"]: v["state"] for v in body["verdicts"]}
-            traced = {"sent", "consumed"} <= {h["kind"] for h in body["hops"]}
-            return body if traced and states == {failing: "dead_lettered", consuming: "consumed"} else None
-
-        body = wait_until(settled, 60, "the trace and the dead letter to be indexed", poll_s=1)
+        body = settled_timeline(client, sent["msgId"], failing, consuming)
         assert (body["complete"], body["problems"], body["traced"], body["events"]) == (True, [], True, [])
         assert kinds(body, None) == ["sent", "produced"]
         assert kinds(body, consuming) == ["delivered", "consumed"]
@@ -69,7 +79,10 @@ def test_a_dead_lettered_and_a_consumed_message_on_a_cluster_shows_its_hops_and_
         twin = client.get(f"/messages/{sent['msgId']}/timeline.json").json()
         assert {c["topic"] for c in twin["copies"]} == {topic, topics.SCHEDULE_TOPIC, topics.retry_topic(failing),
                                                          topics.dlq_topic(failing)}
-        assert twin["message"]["topic"] == topic and twin["dead_letters"] == {}
+        assert twin["message"]["topic"] == topic and set(twin["dead_letters"]) == {failing}
+        assert twin["dead_letters"][failing]["route"] == topics.retry_topic(failing)
+        assert f'value="{twin["dead_letters"][failing]["offset_msg_id"]}"' in page.text  # the resend form
+        assert f'href="/groups/{failing}/dead-letters?key={sent["msgId"]}"' in page.text
 
         message_page = client.get(f"/messages/{sent['offsetMsgId']}", headers=HTML)
         assert f'href="/messages/{sent["msgId"]}/timeline"' in message_page.text
