@@ -462,3 +462,12 @@ class BrokerSetting:
     @property
     def differ(self) -> bool:
         return len(self.values) > 1
+
+
+# -- broker faults
+class SendUnanswered(BackendUnavailable):
+    """A send got no answer: the copy may be stored on `broker`, so only that broker can tell."""
+
+    def __init__(self, message: str, broker: str):
+        super().__init__(message)
+        self.broker = broker

@@ -13,6 +13,7 @@ import pytest
 
 from tests.cluster.console import console_on
 from tests.cluster.mqadmin_tables import topic_status_rows
+from tests.cluster.test_cluster_redrive import job_of, report_rows
 from tests.cluster.test_cluster_two_brokers import BROKER_B_HOST, topic_on_both
 from tests.cluster.test_remoting_fixture import unique
 from tests.live_server import wait_until
@@ -84,4 +85,87 @@ def test_broker_b_killed_mid_inbox_leaves_a_partial_answer_naming_it_until_it_is
 
         broker_b.start()
         assert wait_until(lambda: inbox_ids(client, group), 30, "the inbox to read broker-b again") == everything
+        assert "Traceback" not in server.log_text()
+
+
+def start_job(client, group: str, rate_per_s: int, destination: object = "group") -> dict:
+    created = client.post("/api/redrive-jobs", json={"group": group, "rate_per_s": rate_per_s, "dry_run": False,
+                                                     "destination": destination})
+    assert created.status_code == 201, created.text
+    return created.json()["job"]
+
+
+def paused_by_the_cluster(client, job_id: int) -> dict | None:
+    job = job_of(client, job_id)
+    return job if job["state"] == "paused" and "the cluster did not answer" in (job["state_reason"] or "") else None
+
+
+def check_each_sent_once(client, job_id: int, dead_letters: int, retry_before: dict[str, int],
+                         retry_after: dict[str, int], expected: dict[str, int]) -> None:
+    """The job is done, its report lists each dead letter once with status ok, and each broker's
+    %RETRY%group grew by exactly the copies it was sent."""
+    done = job_of(client, job_id)
+    assert (done["counts"]["ok"], done["counts"]["failed"], done["counts"]["pending"]) == (dead_letters, 0, 0), done
+    rows = report_rows(client, job_id)
+    assert len(rows) == dead_letters and {r["status"] for r in rows} == {"ok"}
+    assert len({r["dead_letter_id"] for r in rows}) == dead_letters
+    assert len({r["new_offset_msg_id"] for r in rows}) == dead_letters
+    grew = {b: retry_after.get(b, 0) - retry_before.get(b, 0) for b in ("broker-a", "broker-b")}
+    assert grew == expected, (retry_before, retry_after)
+
+
+def test_broker_b_killed_mid_redrive_pauses_the_job_which_resumes_by_itself_and_sends_each_once(
+        two_brokers, tmp_path):
+    two_brokers.ensure_running()
+    rocketmq, broker_b, count = two_brokers.cluster, two_brokers.broker_b, 40
+    _, group = dead_letters_on_both(two_brokers, "RedriveFault", count)
+    retry = f"%RETRY%{group}"
+    retry_before = held_per_broker(rocketmq, retry)
+    with console_on(rocketmq, tmp_path, FAULT_SETTINGS) as server, server.client() as client:
+        job = start_job(client, group, rate_per_s=4)
+        assert job["total"] == count
+        wait_until(lambda: job_of(client, job["id"])["counts"]["ok"] >= 6, 30, "some items sent")
+        broker_b.kill()
+        paused = wait_until(lambda: paused_by_the_cluster(client, job["id"]), 30, "the job to pause itself")
+        assert "broker-b" in paused["state_reason"] or broker_b.address in paused["state_reason"], paused
+        assert paused["counts"]["failed"] == 0 and paused["counts"]["ok"] < count, paused
+
+        broker_b.start()
+        wait_until(lambda: job_of(client, job["id"])["state"] == "done", 60, "the job to resume and finish")
+        check_each_sent_once(client, job["id"], count, retry_before, held_per_broker(rocketmq, retry),
+                             {"broker-a": count // 2, "broker-b": count // 2})
+        assert "Traceback" not in server.log_text()
+
+
+def test_a_send_broker_b_left_unanswered_stays_pending_and_is_settled_once_it_is_back(two_brokers, tmp_path):
+    """The group's dead letters are on broker-a, and only broker-b takes its retry topic (broker-a's
+    is read-only: a broker being drained), so every copy goes to broker-b: a pause catches a send."""
+    two_brokers.ensure_running()
+    rocketmq, broker_b, count = two_brokers.cluster, two_brokers.broker_b, 10
+    topic, group = unique("UnansweredTopic"), unique("UnansweredGroup")
+    retry = f"%RETRY%{group}"
+    rocketmq.mqadmin("updateTopic", "-b", BROKER_A_ADDRESS, "-t", topic, "-w", "4", "-r", "4")
+    rocketmq.produce(topic, count, unique("unanswered"))
+    rocketmq.run("consume", group, topic, str(count), "90", "fail", "1")
+    assert held_per_broker(rocketmq, f"%DLQ%{group}") == {"broker-a": count}
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda args: rocketmq.mqadmin("updateTopic", *args), (
+            ("-b", BROKER_A_ADDRESS, "-t", retry, "-w", "1", "-r", "1", "-p", "4"),
+            ("-b", broker_b.address, "-t", retry, "-w", "1", "-r", "1"))))
+    retry_before = held_per_broker(rocketmq, retry)
+    with console_on(rocketmq, tmp_path, FAULT_SETTINGS) as server, server.client() as client:
+        job = start_job(client, group, rate_per_s=2)
+        wait_until(lambda: job_of(client, job["id"])["counts"]["ok"] >= 2, 30, "some items sent")
+        broker_b.pause()
+        paused = wait_until(lambda: paused_by_the_cluster(client, job["id"]), 30, "the send to time out")
+        assert paused["counts"]["pending"] == 1 and paused["counts"]["failed"] == 0, paused
+        assert "broker-b" in paused["state_reason"] and "send" in paused["state_reason"], paused
+        broker_b.kill()  # the copy it never read is lost with it
+        broker_b.wait_unregistered()
+        assert paused_by_the_cluster(client, job["id"]), "resumed while the broker that holds the answer is gone"
+
+        broker_b.start()
+        wait_until(lambda: job_of(client, job["id"])["state"] == "done", 60, "the job to settle and finish")
+        check_each_sent_once(client, job["id"], count, retry_before, held_per_broker(rocketmq, retry),
+                             {"broker-a": 0, "broker-b": count})
         assert "Traceback" not in server.log_text()
