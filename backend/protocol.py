@@ -480,3 +480,12 @@ class BrokerSettings:
     address: str | None
     settings: dict[str, str]  # by key
     problems: list[str] = field(default_factory=list)  # it did not answer: why
+
+
+# -- broker faults
+class SendUnanswered(BackendUnavailable):
+    """A send got no answer: the copy may be stored on `broker`, so only that broker can tell."""
+
+    def __init__(self, message: str, broker: str):
+        super().__init__(message)
+        self.broker = broker

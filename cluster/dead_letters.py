@@ -10,7 +10,14 @@ import os
 import time
 from collections import deque
 
-from backend.protocol import BackendUnavailable, DeadLetterPage, DeadLetterWindow, QueueOffsets
+from backend.protocol import (
+    BackendUnavailable,
+    BrokerGone,
+    DeadLetterPage,
+    DeadLetterWindow,
+    QueueOffsets,
+    SendUnanswered,
+)
 from cluster.calls import Calls
 from cluster.context import PERM_WRITE, ClusterContext, route_brokers
 from cluster.message_lookups import ClusterLookups
@@ -171,8 +178,8 @@ class ClusterDeadLetters:
         try:
             route = await self.ctx.namesrv.topic_route(target) if target else None
             info = await self.ctx.namesrv.broker_cluster_info()
-        except TopicNotFound:
-            raise MessageNotFoundError(f"no broker of this cluster holds {target}") from None
+        except TopicNotFound:  # its brokers may be down and gone from the name server for now
+            raise BrokerGone(f"no broker this cluster lists now holds {target}") from None
         except RemotingError as exc:
             raise self.ctx.no_name_server(exc) from None
         own = {addr: name for name, data in info.brokers.items() for addr in data.addresses.values()}
@@ -181,7 +188,7 @@ class ClusterDeadLetters:
             if route is not None else {}
         choices = sorted((b for b in holders if b in writable), key=lambda b: (b != own.get(str(dead.store_host)), b))
         if not choices:
-            raise InvalidMessageError(f"no broker takes messages of {target or 'its topic'} now")
+            raise BrokerGone(f"no broker this cluster lists now takes messages of {target or 'its topic'}")
         broker = choices[0]
         cluster_name = info.brokers[broker].cluster if broker in info.brokers else ""
         plan = plan_resend(dead, cluster_name, topic=target or None, marks=marks, unique_key=unique_key, body=body,
@@ -195,7 +202,8 @@ class ClusterDeadLetters:
             raise InvalidMessageError(f"broker {broker} refused the copy: {exc.remark or exc.response_code}") \
                 from None
         except (RemotingError, TimeoutError) as exc:
-            raise BackendUnavailable(f"broker {broker} ({holders[broker]}) did not answer the send: {exc}") from None
+            raise SendUnanswered(f"broker {broker} ({holders[broker]}) did not answer the send: {exc}", broker) \
+                from None
         return sent.offset_msg_id
 
     async def copy_state(self, group: str, offset_msg_id: str) -> str:

@@ -53,9 +53,12 @@ def _on_cluster(backend: Backend, sessions: sessionmaker[Session], clock: Clock,
     before = dead_letters.parse_cursor(cursor)
     if group is not None:
         checked_group(GroupConfig(group))
-        if backend.get_topic(topics.dlq_topic(group)) is None and not _known_group(backend, group):
-            raise NotFoundError(f"group {group} has no dead letters (no {topics.dlq_topic(group)} topic)")
     page = backend.dead_letter_page(group, window, before, limit)
+    # Asked only when nothing was found: a group with dead letters exists, and asking first would
+    # wait once more on a broker that does not answer.
+    if group is not None and not page.messages and backend.get_topic(topics.dlq_topic(group)) is None \
+            and not _known_group(backend, group):
+        raise NotFoundError(f"group {group} has no dead letters (no {topics.dlq_topic(group)} topic)")
     now = clock.now_ms()
     rows = _rows(backend, sessions, page.messages, now)
     filtered = window != DeadLetterWindow()

@@ -38,7 +38,7 @@ from app.services.resend import (
     find_dead_letter,
     resent_before,
 )
-from backend.protocol import Backend, BackendRefused, BackendUnavailable, BrokerGone, DeadLetterWindow
+from backend.protocol import Backend, BackendRefused, BackendUnavailable, BrokerGone, DeadLetterWindow, SendUnanswered
 from store.clock import Clock
 from store.errors import FlowControlError, StoreError
 from store.format import topics
@@ -291,6 +291,7 @@ class RedriveRunner:
         # job -> (DLQ offset scanned to per queue, copies dead again, when counted)
         self._dead: dict[int, tuple[dict[int, int], int, float]] = {}
         self._cluster_asked = 0.0  # when jobs the cluster paused last asked it again
+        self._unanswered: dict[int, set[str]] = {}  # job -> brokers that left a send of it unanswered
 
     def start(self) -> RedriveRunner:
         self.settle_pending()
@@ -377,8 +378,11 @@ class RedriveRunner:
             self._finish_if_done(job)
             return False
         outcomes: dict[int, tuple[str, str | None, str | None]] = {}
+        paused_itself = False
         for item in batch:
-            outcomes[item.id] = self._resend(job, item)
+            # Once the job paused itself (an item left queued or pending), the rest of the batch waits too.
+            outcomes[item.id] = (QUEUED, None, None) if paused_itself else self._resend(job, item)
+            paused_itself = outcomes[item.id][0] in (QUEUED, PENDING)
         with self.sessions.begin() as s:
             for item_id, (status, new_id, error) in outcomes.items():
                 item = s.get_one(ResendItem, item_id)
@@ -432,7 +436,12 @@ class RedriveRunner:
         except FlowControlError as exc:  # busy or disk full: nothing was written; the job waits, the item stays
             self._pause(job, f"paused itself: {exc}")
             return QUEUED, None, None
+        except BrokerGone as exc:  # no broker listed now takes the copy: nothing was sent
+            self._pause(job, f"{CLUSTER_PAUSE}: {exc}")
+            return QUEUED, None, None
         except BackendUnavailable as exc:  # the copy may be stored: settled before the job goes on
+            if isinstance(exc, SendUnanswered):
+                self._unanswered.setdefault(job.id, set()).add(exc.broker)
             self._pause(job, f"{CLUSTER_PAUSE}: {exc}")
             return PENDING, None, "sent, no answer yet: settled when the cluster answers"
         except (StoreError, BackendRefused) as exc:
@@ -455,16 +464,38 @@ class RedriveRunner:
                                                                  RedriveJob.state_reason.startswith(CLUSTER_PAUSE))))
         for job_id in waiting:
             try:
-                if not self.backend.describe().complete:
+                if not self._cluster_ready(job_id):
                     continue
                 self.settle_pending(job_id)
             except BackendUnavailable:
                 continue
+            self._unanswered.pop(job_id, None)
             with self.sessions.begin() as s:
                 s.execute(update(RedriveJob).where(RedriveJob.id == job_id, RedriveJob.state == PAUSED,
                                                    RedriveJob.state_reason.startswith(CLUSTER_PAUSE))
                           .values(state=RUNNING, state_reason="resumed itself: the cluster answered again"))
             log.info("redrive job %s resumed: the cluster answered again", job_id)
+
+    def _cluster_ready(self, job_id: int) -> bool:
+        """Every broker answers, among them each one that left a send of the job unanswered (only it
+        can tell whether the copy was stored: settling without it could send one twice), and the
+        job's next dead letter can be read (its broker is listed again)."""
+        view = self.backend.describe()
+        answering = {b.name for c in view.clusters for b in c.brokers if b.answered}
+        if not view.complete or not self._unanswered.get(job_id, set()) <= answering:
+            return False
+        with self.sessions() as s:
+            next_dead = s.scalar(select(ResendItem.dead_letter_id).where(ResendItem.job_id == job_id,
+                                                                         ResendItem.status == QUEUED)
+                                 .order_by(ResendItem.id).limit(1))
+        if next_dead is not None:
+            try:
+                self.backend.read_by_offset_id(next_dead)
+            except (BackendUnavailable, BrokerGone):
+                return False
+            except StoreError:
+                pass  # gone for good: the job fails that item when it goes on
+        return True
 
     def _finish_if_done(self, job: RedriveJob) -> None:
         with self.sessions.begin() as s:

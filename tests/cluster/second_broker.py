@@ -168,14 +168,21 @@ class ExtraBroker:
         """Connections to this broker holding bytes it has not read: requests that wait on a paused
         broker. Read from the namespace's TCP tables (/proc/PID/net of a process inside it; the JVM
         listens on an IPv6 wildcard socket, so its connections are in tcp6)."""
-        listening, waiting = f"{self.port:04X}", 0
+        return sum(1 for waiting in self._unread_per_connection() if waiting > 0)
+
+    def unread_bytes(self) -> int:
+        """Bytes of requests a paused broker has not read, over all its connections: grows with each
+        request sent to it, also on a connection already holding some."""
+        return sum(self._unread_per_connection())
+
+    def _unread_per_connection(self) -> Iterator[int]:
+        listening = f"{self.port:04X}"
         for table in ("tcp", "tcp6"):
             for line in Path(f"/proc/{self.rocketmq.netns_pid}/net/{table}").read_text().splitlines()[1:]:
                 fields = line.split()
                 local_port, state, queues = fields[1].rsplit(":", 1)[1], fields[3], fields[4]
-                if local_port == listening and state == ESTABLISHED and int(queues.split(":")[1], 16) > 0:
-                    waiting += 1
-        return waiting
+                if local_port == listening and state == ESTABLISHED:
+                    yield int(queues.split(":")[1], 16)
 
     def log_tail(self, lines: int = 30) -> str:
         tails = []
