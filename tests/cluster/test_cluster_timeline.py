@@ -38,16 +38,24 @@ def fail_in_one_group_consume_in_another(rocketmq, topic: str, count: int, faili
 
 def settled_timeline(client, unique_key: str, failing: str, consuming: str) -> dict:
     """The message's timeline once the brokers have indexed the clients' trace and the dead letter."""
+    last: list[str] = []
+
     def settled() -> dict | None:
         r = client.get(f"/api/messages/{unique_key}/timeline")
         if r.status_code != 200:
+            last[:] = [f"{r.status_code} {r.text[:300]}"]
             return None
         body = r.json()
         states = {v["group"]: v["state"] for v in body["verdicts"]}
         traced = {"sent", "consumed"} <= {h["kind"] for h in body["hops"]}
+        last[:] = [f"verdicts {states}, hops {[(h['kind'], h.get('group')) for h in body['hops']]}, "
+                   f"problems {body['problems']}"]
         return body if traced and states == {failing: "dead_lettered", consuming: "consumed"} else None
 
-    return wait_until(settled, 60, "the trace and the dead letter to be indexed", poll_s=1)
+    try:
+        return wait_until(settled, 90, "the trace and the dead letter to be indexed", poll_s=1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the last answer: {last}") from None
 
 
 def test_a_dead_lettered_and_a_consumed_message_on_a_cluster_shows_its_hops_and_verdicts(rocketmq, tmp_path):
