@@ -22,6 +22,7 @@ from tests.cluster.test_remoting_fixture import (
     query_msg_by_key_rows,
     unique,
 )
+from tests.cluster.test_remoting_fixture_stats import consumer_connection_parts
 from tests.live_server import wait_until
 
 pytestmark = pytest.mark.slow  # real RocketMQ brokers: handed out first
@@ -124,14 +125,40 @@ def check_lookups_merged(client, rocketmq, topic: str, shared: str, copy_on_b: d
 
 
 def check_group_progress(client, rocketmq, topic: str, group: str) -> None:
-    rocketmq.run("consume", group, topic, "9", "90")  # 8 keys and the shared one
-    expected = consumer_progress_rows(rocketmq.mqadmin("consumerProgress", "-g", group))
-    assert {broker for _, broker, _ in expected} == {"broker-a", "broker-b"}
-    progress = client.get(f"/api/groups/{group}").json()
-    assert (progress["complete"], progress["problems"]) == (True, [])
-    assert {(q["topic"], q["broker"], q["queue_id"]): (q["max_offset"], q["committed"])
-            for q in progress["queues"]} == expected
-    assert progress["lag"] == sum(hi - lo for hi, lo in expected.values())
+    """A consumer online on both brokers' queues (it waits for one more key, so it stays until the
+    test sends it): its progress equals consumerProgress and its connection consumerConnection."""
+    with ThreadPoolExecutor(1) as pool:
+        # 10 distinct keys: the 8, the shared one (two messages, one a broker) and one sent at the end
+        consumer = pool.submit(rocketmq.run, "consume", group, topic, "10", "120")
+        try:
+            def caught_up() -> dict | None:
+                body = client.get(f"/api/groups/{group}").json()
+                committed = sum(q["committed"] for q in body.get("queues", []) if q["topic"] == topic)
+                return body if body.get("complete") and committed == 10 else None
+
+            progress = wait_until(caught_up, 90, "the consumer to commit all ten on both brokers", poll_s=0.5)
+            expected = consumer_progress_rows(rocketmq.mqadmin("consumerProgress", "-g", group))
+            assert {broker for _, broker, _ in expected} == {"broker-a", "broker-b"}
+            assert {(q["topic"], q["broker"], q["queue_id"]): (q["max_offset"], q["committed"])
+                    for q in progress["queues"]} == expected
+            assert progress["lag"] == sum(hi - lo for hi, lo in expected.values())
+
+            def online() -> dict | None:
+                connections = (client.get(f"/groups/{group}.json").json().get("group") or {}).get("connections")
+                return connections if connections and connections["clients"] else None
+
+            state = wait_until(online, 30, "the consumer's connection")
+            clients, subscriptions, _ = consumer_connection_parts(rocketmq.mqadmin("consumerConnection", "-g", group))
+            # The address is that of the client's connection to the broker asked: mqadmin and the console
+            # may each ask another broker, so only its host is the same.
+            assert sorted((c["client_id"], c["address"].rsplit(":", 1)[0], c["language"], c["version"])
+                          for c in state["clients"]) \
+                == [(c, address.rsplit(":", 1)[0], language, version) for c, address, language, version in clients]
+            assert len(clients) == 1
+            assert state["subscriptions"] == subscriptions and state["problems"] == []
+        finally:
+            rocketmq.produce(topic, 1, unique("last"))
+            consumer.result(timeout=150)
 
 
 def test_broker_b_killed_mid_search_is_named_and_used_again_once_back(two_brokers, tmp_path):
