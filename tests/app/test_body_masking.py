@@ -119,6 +119,8 @@ def path_values(w: World) -> dict[str, list[str]]:
         "queue_offset": ["0", "1"],
         "job_id": [str(w.job_id)],
         "run_id": ["1"],
+        "name": ["mqlens"],
+        "broker_id": ["0"],
     }
 
 
