@@ -3,13 +3,16 @@ started, checked and stopped with explicit conditions and deadlines."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TypeVar
 
@@ -28,10 +31,34 @@ GEOMETRY_FLAGS = ("--commitlog-file-size", "--cq-file-size", "--index-slots", "-
 T = TypeVar("T")
 
 
+# Listening ports for tests come from below the kernel's ephemeral range (32768 and up), so no
+# outgoing connection can take one between the choice and the bind, and each xdist worker has
+# its own slice, so no two workers choose the same one.
+TEST_PORTS_START, TEST_PORTS_END = 20000, 32000
+TEST_PORT_SLICES = 8
+
+
+@functools.cache
+def _port_candidates() -> Iterator[int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    width = (TEST_PORTS_END - TEST_PORTS_START) // TEST_PORT_SLICES
+    start = TEST_PORTS_START + (int(worker) % TEST_PORT_SLICES if worker.isdigit() else 0) * width
+    first = random.randrange(width)  # processes one after another in a slice start apart
+    return itertools.cycle([start + (first + i) % width for i in range(width)])
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, never handed out twice in a row by this process."""
+    candidates = _port_candidates()
+    for _ in range(TEST_PORTS_END - TEST_PORTS_START):
+        port = next(candidates)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free test port left")
 
 
 def wait_until(condition: Callable[[], T], deadline_s: float, what: str, poll_s: float = 0.05) -> T:

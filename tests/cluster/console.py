@@ -9,13 +9,13 @@ from pathlib import Path
 
 from tests.cluster.forwarder import Forwarder
 from tests.cluster.rocketmq_fixture import RMQ_FIXTURE, RocketMQFixture
-from tests.live_server import LiveServer, free_port
+from tests.live_server import LiveServer
 
 
 @contextlib.contextmanager
 def console_on(rocketmq: RocketMQFixture, folder: Path, settings: dict | None = None) -> Iterator[LiveServer]:
-    port = free_port()
-    forwarder = Forwarder(port, rocketmq.socket_factory).start()
+    forwarder = Forwarder(rocketmq.socket_factory).start()
+    port = forwarder.port
     server = LiveServer(folder / "data", folder / "server.log", {"namesrv": rocketmq.namesrv, **(settings or {})},
                         port=port, command_prefix=(str(RMQ_FIXTURE), "exec", "--dir", str(rocketmq.run_dir), "--"))
     try:

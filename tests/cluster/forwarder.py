@@ -13,17 +13,18 @@ CHUNK = 65536
 
 
 class Forwarder:
-    """Listens on 127.0.0.1:`port` here; each connection is joined to 127.0.0.1:`port` of the
+    """Listens on a free loopback port here (`port`, chosen by the kernel while binding, so no
+    other process can take it in between); each connection is joined to 127.0.0.1:`port` of the
     sockets `socket_factory` makes (created inside the fixture's namespace)."""
 
-    def __init__(self, port: int, socket_factory: Callable[[], socket.socket]):
-        self.port = port
+    def __init__(self, socket_factory: Callable[[], socket.socket]):
         self._socket_factory = socket_factory
-        self._listener = socket.create_server(("127.0.0.1", port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
-        self._thread = threading.Thread(target=self._accept, name=f"forward-{port}", daemon=True)
+        self._thread = threading.Thread(target=self._accept, name=f"forward-{self.port}", daemon=True)
 
     def start(self) -> Forwarder:
         self._thread.start()
