@@ -273,9 +273,11 @@ class MessageOut(BaseModel):
     flag: int
     body_crc: int
     compressed: bool
-    copy_kind: Literal["original", "scheduled", "retry", "dead_letter", "trace", "resent"] = Field(
+    copy_kind: Literal["original", "scheduled", "retry", "dead_letter", "trace", "resent", "transaction_half",
+                       "transaction_op"] = Field(
         alias="copy", description="Which copy of the message this record is (resent: a dead letter's copy put "
-        "back by an operator).")
+        "back by an operator; transaction_half: a transaction's half message, held until its end or discarded "
+        "after too many checks; transaction_op: the broker's record that a half message was settled).")
     body_masked: bool = Field(False, description="True: the caller's role sees bodies masked (viewer); "
                               "POST /api/messages/{offset_msg_id}/reveal shows it, audited.")
     body_base64: str | None = Field(description="The body as base64; null when masked.")

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pipeline.message_ids import prop
 from store.broker.trace import TraceKind
 from store.format import topics
+from store.format.codec import TRANSACTION_COMMIT, TRANSACTION_TYPE_MASK
 from store.format.delay_levels import UNKNOWN_LEVEL_DELAY_MS, DelayLevels
 
 HOP_FIELDS = (
@@ -119,8 +120,9 @@ def timer_deliver_ms() -> Column:
 def copy_hop_kinds() -> Column:
     """The kinds of the hops a copy shows: a SCHEDULE_TOPIC_XXXX copy bound for %RETRY%G is a
     failed attempt of G and its retry waiting at a delay level; a %RETRY%G copy a redelivery; a
-    %DLQ%G copy a last failure and the dead letter; a copy in a plain topic the produced
-    message, a delayed one released, or a dead letter resent."""
+    %DLQ%G copy a last failure and the dead letter; a transaction's half message a transaction
+    hop; a copy in a plain topic the produced message (a committed transactional one too), a
+    delayed one released, or a dead letter resent."""
     copy_kind, real_topic = F.col("copy_kind"), F.coalesce(prop(topics.REAL_TOPIC), F.lit(""))
     resend_marked = F.lit(False)
     for name in RESEND_MARKERS:
@@ -129,12 +131,15 @@ def copy_hop_kinds() -> Column:
     def kinds(*names: str) -> Column:
         return F.array(*[F.lit(name) for name in names])
 
+    committed = (F.col("sys_flag").bitwiseAND(TRANSACTION_TYPE_MASK) == TRANSACTION_COMMIT)
     return (F.when(copy_kind == "resent", kinds("resent"))
+            .when(copy_kind == "transaction_half", kinds("transaction"))
             .when((copy_kind == "scheduled") & real_topic.startswith(topics.RETRY_PREFIX),
                   kinds("failed", "retry_scheduled"))
             .when(copy_kind == "scheduled", kinds("scheduled"))
             .when(copy_kind == "retry", kinds("redelivered"))
             .when(copy_kind == "dead_letter", kinds("failed", "dead_lettered"))
+            .when((copy_kind == "original") & committed, kinds("produced"))
             .when((copy_kind == "original") & resend_marked, kinds("resent"))
             .when((copy_kind == "original") & prop(topics.REAL_TOPIC).isNotNull(), kinds("released"))
             .when(copy_kind == "original", kinds("produced"))

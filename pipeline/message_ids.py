@@ -5,8 +5,8 @@ UNIQ_KEY) is named through its ORIGIN_MESSAGE_ID / DLQ_ORIGIN_MESSAGE_ID, which 
 with either id of the original: its offset message id (then the message is named as the record
 with that id is) or its unique key. A record that is nobody's copy is named by its own offset id.
 
-Records of the broker's own bookkeeping topics (transaction halves and their op records, the
-trace topic) are no message's copies here."""
+Records of the broker's own bookkeeping topics (transaction op records, the trace topic) are no
+message's copies here; a transaction's half message is a copy of the message it may become."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ def prop(name: str) -> Column:
 
 
 def bookkeeping_topic(topic: Column) -> Column:
-    """Topics only the broker writes that hold no copy of a message: transaction halves and op
-    records, the broker's own topics and the trace topic (schedule, timer, retry and dead-letter
-    topics do hold copies)."""
+    """Topics only the broker writes that hold no copy of a message: transaction op records, the
+    broker's own topics and the trace topic (schedule, timer, retry and dead-letter topics, and a
+    transaction's half message, held or discarded, do hold copies)."""
     system = topic.isin(*topics.BROKER_TOPICS, topics.TRACE_TOPIC) | F.upper(topic).startswith(topics.SYSTEM_PREFIX)
-    return system & (topic != topics.TIMER_TOPIC)
+    return system & ~topic.isin(topics.TIMER_TOPIC, *topics.TRANSACTION_HALF_TOPICS)
 
 
 def origin_topic() -> Column:

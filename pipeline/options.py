@@ -8,10 +8,8 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from store.format.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevels
-from store.log.delay_levels_file import read_delay_levels
+from pipeline.delay_table import ChosenDelayTable, choose_delay_table
 from store.log.geometry import StoreGeometry
-from store.log.paths import StorePaths
 
 FORMAT = "rocketmq_commitlog"
 
@@ -20,7 +18,7 @@ FORMAT = "rocketmq_commitlog"
 class SourceOptions:
     store_dir: Path
     geometry: StoreGeometry = field(default_factory=StoreGeometry)
-    delay_levels: str | None = None  # None: the store's own table (config/delayLevels.json), else the default
+    delay_levels: str | None = None  # None: the store's own table, else inferred (pipeline.delay_table)
     with_body: bool = False
     skip_corrupt: bool = False
     split_bytes: int | None = None  # None: the data source's default
@@ -46,8 +44,6 @@ class SourceOptions:
         """The commit log as a DataFrame (the data source's schema)."""
         return spark.read.format(FORMAT).options(**self.reader_options()).load(str(self.store_dir))
 
-    def delay_table(self) -> DelayLevels:
-        """The delay levels the store's dispatch would use: the given table, else the store's own."""
-        if self.delay_levels is not None:
-            return DelayLevels(self.delay_levels)
-        return read_delay_levels(StorePaths(Path(self.store_dir)).config) or DelayLevels(DEFAULT_DELAY_LEVELS)
+    def delay_table(self) -> ChosenDelayTable:
+        """The delay levels the store's dispatch would use, and where they came from."""
+        return choose_delay_table(self.store_dir, self.geometry.cq_file_size, self.delay_levels)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline.jobs import JOBS
+from pipeline.jobs import DELAY_TABLE_JOBS, JOBS
 from pipeline.options import SourceOptions
 from pipeline.output_folder import mark_output
 from pipeline.progress import read_scan_progress
@@ -144,4 +144,5 @@ def _summary(name: str, source: SourceOptions, out: Path, counts: dict[str, int]
         skipped = f"; skipped {len(scan.skipped)} corrupt ranges ({scan.skipped_bytes:,} bytes)"
     if scan.torn_tails:
         skipped += f"; cut a torn tail at offset {min(scan.torn_tails)}"
-    return f"{name}: {parts} from {source.store_dir} written to {out} in {seconds:.1f} s{skipped}"
+    table = f"; {source.delay_table().describe()}" if name in DELAY_TABLE_JOBS else ""
+    return f"{name}: {parts} from {source.store_dir} written to {out} in {seconds:.1f} s{skipped}{table}"

@@ -31,6 +31,19 @@ def spark_session(master: str = "local[*]", app_name: str = "mqlens-pipeline", s
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")  # a failed job is reported once, in words, by the caller
+    return register(spark)
+
+
+def register(spark: SparkSession) -> SparkSession:
+    """Make `spark.read.format("rocketmq_commitlog")` work in a session made anywhere (a
+    notebook, spark-submit, a shell): turns on the Python filter pushdown the source relies on,
+    and registers the source to run in this interpreter, which can import mqlens (a session
+    started without PYSPARK_PYTHON would run its workers in the system's python3). On a cluster
+    the executors need the package too: see docs/pipeline.md."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    context = spark.sparkContext
+    if context.master.startswith("local"):
+        context.pythonExec = sys.executable
     spark.dataSource.register(CommitLogDataSource)
     return spark
 
@@ -41,8 +54,7 @@ def job_session(master: str) -> Iterator[SparkSession]:
     else a new one, stopped afterwards."""
     active = SparkSession.getActiveSession()
     if active is not None:
-        active.dataSource.register(CommitLogDataSource)
-        yield active
+        yield register(active)
         return
     spark = spark_session(master)
     try:

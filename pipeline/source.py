@@ -61,7 +61,7 @@ class CommitLogReader(DataSourceReader):
         path = options.get("path")
         if not path:
             raise ValueError("give the store directory: spark.read.format('rocketmq_commitlog').load(DIR)")
-        self.store_dir = Path(path)
+        self.store_dir = Path(path).resolve()  # executors may run in another directory
         self.with_body = _flag(options, "body")
         self.body_topics = frozenset(t for t in str(options.get("body_topics", "")).split(",") if t)
         self.skip_corrupt = _flag(options, "skip_corrupt")

@@ -251,6 +251,6 @@ def hops_from_copies(copies: Iterable[StoredMessage], deliver_time: DeliverTime,
                             True, group=_group_of(msg.topic, topics.RETRY_PREFIX), attempt=attempt, **_where(msg)))
         elif kind == "dead_letter":
             hops += _dead_letter_hops(msg, max_reconsume_times)
-        elif kind == "original":
+        elif kind in ("original", "transaction_half"):
             hops.append(_topic_copy_hop(msg))
     return hops

@@ -8,3 +8,6 @@ JOBS = {
     "dlq-report": "pipeline.jobs.dlq_report",
     "key-index": "pipeline.jobs.key_index",
 }
+
+# Jobs that compute scheduled messages' due times: their summary names the delay table used.
+DELAY_TABLE_JOBS = frozenset({"projections", "timelines"})

@@ -52,6 +52,7 @@ from pipeline.projection_files import (
 from pipeline.projection_rows import PROJECTED_DDL, SOURCE_COLUMNS, project
 from pipeline.segments import segment_files
 from pipeline.staged_output import staged_output
+from store.format import topics
 from store.log.geometry import StoreGeometry
 from store.log.paths import StorePaths
 
@@ -65,14 +66,17 @@ def main(spark: SparkSession, source: SourceOptions, out: Path) -> dict[str, int
         paths = StorePaths(staging)
         paths.consumequeue.mkdir()
         paths.index.mkdir()
+        table = source.delay_table()
         projected = (source.read(spark).select(*SOURCE_COLUMNS)
-                     .mapInArrow(partial(project, delay_levels=source.delay_table()), PROJECTED_DDL)
+                     .mapInArrow(partial(project, delay_levels=table.levels), PROJECTED_DDL)
                      .withColumn("log_range", F.expr(f"phys_offset div {RANGE_BYTES}"))
                      .persist(StorageLevel.MEMORY_AND_DISK))
         try:
             ranges = (projected.groupBy("log_range")
-                      .agg(F.count("*").alias("records"), F.sum(F.size("key_hashes")).alias("key_count"))
+                      .agg(F.count("*").alias("records"), F.sum(F.size("key_hashes")).alias("key_count"),
+                           F.count_if(F.col("topic") == topics.SCHEDULE_TOPIC).alias("scheduled"))
                       .orderBy("log_range").collect())
+            table.refuse_guess(sum(r.scheduled for r in ranges))
             queues = write_consume_queues(projected, paths, source.geometry)
             index_files = write_index(spark, projected, ranges, paths, source.geometry)
         finally:

@@ -26,6 +26,7 @@ from pipeline.staged_output import staged_output
 from pipeline.trace_events import events_of, trace_events, trace_records, with_trace_bodies
 from pipeline.verdicts import VERDICT_DDL as SETTLED_DDL
 from pipeline.verdicts import with_verdicts
+from store.format import topics
 from store.format.delay_levels import DelayLevels
 
 VERDICT_DDL = f"{SETTLED_DDL}, time_to_dlq_ms BIGINT"
@@ -57,7 +58,10 @@ def main(spark: SparkSession, source: SourceOptions, out: Path) -> dict[str, int
     records, trace = scanned.where(F.col("copy_kind") != "trace"), trace_records(scanned)
     try:
         progress = read_progress(spark, source.store_dir, records)
-        result = timelines(records, trace, progress, source.delay_table())
+        table = source.delay_table()
+        if table.guessed:
+            table.refuse_guess(records.where(F.col("topic") == topics.SCHEDULE_TOPIC).count())
+        result = timelines(records, trace, progress, table.levels)
         with staged_output(out) as staging:
             result.write.mode("overwrite").parquet(str(staging))
             written = spark.read.parquet(str(staging)).agg(

@@ -72,9 +72,15 @@ def dead_letter_reason_property(reason: str) -> str:
 
 
 def message_copy_kind(topic: str, properties: dict[str, str]) -> str:
-    """Which copy a stored message is: a resent dead letter's copy is "resent", else as its topic says."""
+    """Which copy a stored message is: a resent dead letter's copy is "resent", a transaction's
+    half message (held, or discarded after too many checks) "transaction_half", the broker's
+    record of a settled half "transaction_op", else as its topic says."""
     if RESENT_FROM in properties and not is_dlq_topic(topic):
         return "resent"
+    if topic in TRANSACTION_HALF_TOPICS:
+        return "transaction_half"
+    if topic == TRANS_OP_HALF_TOPIC:
+        return "transaction_op"
     return copy_kind(topic)
 
 
@@ -107,6 +113,7 @@ TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"  # half messages check
 BROKER_TOPICS = frozenset({"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", TRANS_CHECK_MAX_TIME_TOPIC})
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # a transaction's half message, until its end
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"  # one record per half message settled (its queue offset)
+TRANSACTION_HALF_TOPICS = (TRANS_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC)  # copies of a half message
 TRANS_CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # the broker's check progress over the half and op topics
 SYSTEM_PREFIX = "RMQ_SYS_"  # rmq_sys_wheel_timer, RMQ_SYS_TRANS_HALF_TOPIC... (either case)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.delay_table import GuessedDelayTable
 from pipeline.jobs import projections
 from pipeline.options import SourceOptions
 from pipeline.projection_files import plan_index_files
@@ -119,6 +120,23 @@ def test_golden_broker_projections_are_the_brokers_own(spark, golden_broker_dir,
     run(spark, golden_broker_dir, BROKER_GEOMETRY, wrong, delay_levels=DEFAULT_DELAY_LEVELS)
     differing = {name for name, data in queue_files(wrong).items() if queue_files(golden_broker_dir)[name] != data}
     assert differing and all(name.startswith(topics.SCHEDULE_TOPIC) for name in differing)
+
+
+def test_without_a_table_the_brokers_is_inferred_from_its_scheduled_queues(spark, golden_broker_dir, tmp_path):
+    source = SourceOptions(golden_broker_dir, BROKER_GEOMETRY)
+    table = source.delay_table()
+    assert table.source.kind == "inferred" and table.levels.spec.split()[:4] == BROKER_DELAY_LEVELS.split()[:4]
+    out = tmp_path / "out"
+    projections.main(spark, source, out)
+    assert queue_files(out) == queue_files(golden_broker_dir)
+
+
+def test_a_bare_commit_log_with_scheduled_messages_and_no_table_is_refused(spark, golden_broker_dir, tmp_path):
+    bare = tmp_path / "bare"
+    shutil.copytree(golden_broker_dir / "commitlog", bare / "commitlog")
+    with pytest.raises(GuessedDelayTable, match=r"scheduled messages .* give the broker's table with --delay-levels"):
+        run(spark, bare, BROKER_GEOMETRY, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_generated_store_projections_are_the_stores_own(spark, built_store, tmp_path):
@@ -298,7 +316,9 @@ def test_the_command_line_runs_the_job(spark, golden_store_dir, tmp_path, capsys
     out = tmp_path / "out"
     assert main(["pipeline", "run", "projections", "--store", str(golden_store_dir), "--out", str(out),
                  *GOLDEN_GEOMETRY_FLAGS]) == 0
+    printed = capsys.readouterr().out
     assert ("projections: 61 records, 61 queue units, 21 queues, 129 index entries, 3 index files from "
-            f"{golden_store_dir} written to {out} in ") in capsys.readouterr().out
+            f"{golden_store_dir} written to {out} in ") in printed
+    assert "; delay levels 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h (" in printed
     assert queue_files(out) == queue_files(golden_store_dir)
     assert index_files(out) == index_files(golden_store_dir)

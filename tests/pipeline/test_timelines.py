@@ -107,17 +107,15 @@ def test_every_message_of_the_golden_stores_as_the_console_shows_it(spark, golde
     store_dir, geometry, levels = ((golden_store_dir, GOLDEN_GEOMETRY, None) if golden == "store"
                                    else (golden_broker_dir, BROKER_GEOMETRY, BROKER_DELAY_LEVELS))
     result = run_job(spark, store_dir, geometry, tmp_path / "timelines", levels)
-    # The job does not link a transaction's half message to its commit as the console does (it
-    # shows the half topic as a release): those messages are checked on their own below.
-    halves = {r.unique_key for r in SourceOptions(store_dir, geometry).read(spark)
-              .where(F.col("topic") == "RMQ_SYS_TRANS_HALF_TOPIC").select("unique_key").collect()}
-    expected = [r for r in console_rows(store_dir, geometry, levels) if r[0] not in halves]
+    expected = console_rows(store_dir, geometry, levels)
     assert any(r[8] == "dead_lettered" for r in expected)
-    others = result.where(~F.col("message_id").isin(*halves)) if halves else result
-    assertDataFrameEqual(compared(others), spark.createDataFrame(expected, COMPARED))
-    for line in result.where(F.col("message_id").isin(*halves)).collect() if halves else []:
-        assert line.topic == "Payments" and [h.kind for h in line.hops] == ["released"], line
+    assertDataFrameEqual(compared(result), spark.createDataFrame(expected, COMPARED))
+    halves = {r.unique_key for r in SourceOptions(store_dir, geometry).read(spark)
+              .where(F.col("copy_kind") == "transaction_half").select("unique_key").collect()}
     assert len(halves) == (3 if golden == "broker" else 0)
+    for line in result.where(F.col("message_id").isin(*halves)).collect() if halves else []:
+        kinds = [h.kind for h in line.hops]  # the half message held (and put back by checks), then the commit
+        assert line.topic == "Payments" and kinds[0] == "transaction" and set(kinds) <= {"transaction", "produced"}
 
 
 def manifest_hops(record: dict) -> list[tuple]:
@@ -293,3 +291,26 @@ def test_a_resend_to_one_groups_retry_topic_moves_that_groups_verdict_only(spark
     expected = console_rows(tmp_path / "store", GEOMETRY)
     assert [(r[7], r[8]) for r in expected] == [("Billing", "consumed"), ("Shipping", "consumed")]
     assertDataFrameEqual(compared(result), spark.createDataFrame(expected, COMPARED))
+
+
+@pytest.mark.parametrize("trace", [False, True])
+def test_transactions_committed_and_rolled_back_as_the_console_shows_them(spark, tmp_path, trace):
+    """A committed transactional message shows its half message held, then its produced copy; a
+    rolled-back one keeps its timeline (the half message) instead of being dropped."""
+    clock = FakeClock(START_MS)
+    config = StoreConfig(geometry=GEOMETRY, flush="sync", schedule_interval_ms=0, trace=trace)
+    with MessageStore.open(tmp_path / "store", config, clock=clock) as store:
+        for outcome in ("commit", "rollback"):
+            half = store.put_half(NewMessage("Payments", f"pay {outcome}".encode(), keys=[outcome]), "pg")
+            clock.advance(50)
+            store.end_transaction(half.offset_msg_id, outcome == "commit")
+            clock.advance(50)
+        [got] = store.receive("Billing", "Payments", 1, 60_000)
+        store.ack("Billing", got.receipt_handle)
+    result = run_job(spark, tmp_path / "store", GEOMETRY, tmp_path / "timelines")
+    expected = console_rows(tmp_path / "store", GEOMETRY)
+    assert len(expected) == 2
+    assertDataFrameEqual(compared(result), spark.createDataFrame(expected, COMPARED))
+    if not trace:
+        kinds = sorted([h.kind for h in r.hops] for r in result.collect())
+        assert kinds == [["transaction"], ["transaction", "produced"]]
