@@ -257,9 +257,23 @@ class CommitLog:
             return None
         return msg if msg.phys_offset == phys else None
 
+    def _recovery_start(self) -> int:
+        """The start of the third-last segment holding data (RocketMQ walks the last three).
+        Segments past the data are skipped: a batch creates every segment it will reach before
+        writing to them (see _reserve), so a writer killed midway leaves empty ones behind, and
+        a walk starting in them would miss where the data ends."""
+        used = len(self._segments)
+        while used > 1 and BLANK.unpack_from(self._segments[used - 1].buf, 0) == (0, 0):
+            used -= 1
+        return self._base + max(0, used - 3) * self.file_size
+
+    def has_segments_past(self, end: int) -> bool:
+        """Whether a segment starts at or after `end` (only empty ones can: see _recovery_start)."""
+        return self._base + len(self._segments) * self.file_size > end + -end % self.file_size
+
     def recover(self, start: int | None = None, *, count_tail: bool = False) -> RecoveryResult:
         """Find the end of valid data, walking with CRC checks from `start` (default: the start
-        of the third-last segment, as RocketMQ does). Nothing is changed on disk here.
+        of the third-last segment holding data, as RocketMQ does). Nothing is changed on disk here.
 
         Bytes left behind the end are counted when the walk stopped at a bad record or when
         `count_tail` asks (after a crash); a clean tail is zero by construction."""
@@ -267,8 +281,7 @@ class CommitLog:
             self.end = self._base
             return RecoveryResult(self._base, 0, None)
         if start is None:
-            first = max(0, len(self._segments) - 3)
-            start = self._base + first * self.file_size
+            start = self._recovery_start()
         phys = start
         reason = None
         while True:
