@@ -326,10 +326,10 @@ class CommitLog:
             if pos and seg.nonzero_bytes(pos):
                 seg.zero_from(pos)
                 seg.flush()
-            for dropped in self._segments[keep:]:
+            while len(self._segments) > keep:  # newest first: stopped midway, the files stay contiguous
+                dropped = self._segments.pop()
                 dropped.close()
                 dropped.path.unlink()
-            del self._segments[keep:]
         self.end = end
 
     def close(self) -> None:

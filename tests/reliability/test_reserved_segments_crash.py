@@ -9,6 +9,9 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from store.log.paths import StorePaths, offset_to_name
 from store.message_store import MessageStore
@@ -89,3 +92,31 @@ def test_writer_killed_inside_a_batch_spanning_segments(tmp_path):
     acknowledged_end = max(a["phys_offset"] + a["size"] for a in acknowledged)
     assert len(_segment_names(store_dir)) >= acknowledged_end // SEGMENT + 5, "the batch had created its segments"
     _assert_reopens_with(store_dir, acknowledged, exact=False)
+
+
+def test_open_stopped_while_deleting_the_empty_segments_leaves_a_log_that_opens(tmp_path, monkeypatch):
+    """Segments past the end go newest first: a recovery cut short leaves no gap in the names."""
+    store_dir = tmp_path / "store"
+    with MessageStore.open(store_dir, small_config()) as store:
+        results = fill(store, 30, body_size=2500)
+    last = _segment_names(store_dir)[-1]
+    for n in range(1, 4):
+        (StorePaths(store_dir).commitlog / offset_to_name(int(last) + n * SEGMENT)).write_bytes(bytes(SEGMENT))
+    (store_dir / "abort").touch()
+    real_unlink = Path.unlink
+    calls = []
+
+    def unlink_once(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) > 1:
+            raise OSError("stopped here")
+        real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", unlink_once)
+    with pytest.raises(OSError, match="stopped here"):
+        MessageStore.open(store_dir, small_config())
+    monkeypatch.setattr(Path, "unlink", real_unlink)
+    assert len(_segment_names(store_dir)) == int(last) // SEGMENT + 3
+    acknowledged = [{"offset_msg_id": r.offset_msg_id, "unique_key": r.unique_key, "phys_offset": r.phys_offset,
+                     "size": r.size} for r in results]
+    _assert_reopens_with(store_dir, acknowledged, exact=True)
