@@ -155,7 +155,7 @@ class StoreLifecycle:
         self._disk_guard = DiskGuard(root, self.config.disk_max_used_ratio, self.config.min_free_bytes())
         self.commitlog = CommitLog(self.paths.commitlog, self.geometry.commitlog_file_size, writable=True)
         self.recovery = self.commitlog.recover(count_tail=self.abnormal_shutdown)
-        if self.recovery.truncated_bytes:
+        if self.recovery.truncated_bytes or self.commitlog.has_segments_past(self.recovery.end):
             self.commitlog.truncate_after(self.recovery.end)
         end = self.commitlog.end
         self._queues = ConsumeQueues(self.paths, self.geometry.cq_file_size, writable=True)

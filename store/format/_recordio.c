@@ -1601,6 +1601,142 @@ done:
     return result;
 }
 
+/* ---- recover: the record walk of commit log recovery ---- */
+
+enum { WALK_END = 0, WALK_BLANK = 1, WALK_ZEROS = 2, WALK_BAD = 3 };
+
+/* Whether `n` bytes are well-formed UTF-8 (what a strict decoder accepts: no overlong forms,
+ * no surrogates, nothing past U+10FFFF, no cut sequence). */
+static int valid_utf8(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        Py_ssize_t more;
+        unsigned char lo = 0x80, hi = 0xBF; /* the range of the byte after the lead */
+        if (c >= 0xC2 && c <= 0xDF)
+            more = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            if (c == 0xE0)
+                lo = 0xA0;
+            else if (c == 0xED)
+                hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            if (c == 0xF0)
+                lo = 0x90;
+            else if (c == 0xF4)
+                hi = 0x8F;
+        } else
+            return 0;
+        if (more > n - i - 1 || s[i + 1] < lo || s[i + 1] > hi)
+            return 0;
+        for (Py_ssize_t k = 2; k <= more; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+        i += more + 1;
+    }
+    return 1;
+}
+
+/* Whether the record at `r`, `room` bytes before the end of its segment and `phys` in the log,
+ * decodes as codec.decode would accept it (fields inside the record, topic and properties UTF-8,
+ * body CRC) and names `phys` as its own offset. Returns its size, or 0. */
+static int64_t good_record(const Layout *l, const unsigned char *r, Py_ssize_t room, int64_t phys)
+{
+    if (room < l->head_size)
+        return 0;
+    int64_t total = get_be(r + l->total, 4);
+    int64_t magic = get_be(r + l->magic, 4);
+    if ((magic != l->magic_v1 && magic != l->magic_v2) || total <= 0 || total > room)
+        return 0;
+    int64_t sys_flag = get_be(r + l->sys_flag, 4);
+    Py_ssize_t cursor = l->head_size + ((sys_flag & l->born_v6_flag) ? l->host_v6 : l->host_v4) + l->store_ts_size
+                        + ((sys_flag & l->store_v6_flag) ? l->host_v6 : l->host_v4);
+    if (cursor + l->tail_size > total)
+        return 0;
+    int64_t body_len = get_be(r + cursor + l->body_len, 4);
+    cursor += l->tail_size;
+    if (body_len < 0 || body_len > total - cursor)
+        return 0;
+    const unsigned char *body = r + cursor;
+    cursor += body_len;
+    Py_ssize_t topic_len_size = magic == l->magic_v2 ? l->topic_len_v2 : l->topic_len_v1;
+    if (cursor + topic_len_size > total)
+        return 0;
+    int64_t topic_len = get_be(r + cursor, (int)topic_len_size);
+    cursor += topic_len_size;
+    if (topic_len <= 0 || topic_len > total - cursor - l->props_len_size)
+        return 0;
+    const unsigned char *topic = r + cursor;
+    cursor += topic_len;
+    int64_t props_len = get_be(r + cursor, (int)l->props_len_size);
+    cursor += l->props_len_size;
+    if (props_len < 0 || cursor + props_len != total)
+        return 0;
+    if (get_be(r + l->phys, 8) != phys || !valid_utf8(topic, topic_len) || !valid_utf8(r + cursor, props_len))
+        return 0;
+    if (get_be(r + l->crc, 4) != (int64_t)(body_crc32(0, body, (size_t)body_len) & 0x7FFFFFFF))
+        return 0;
+    return total;
+}
+
+PyDoc_STRVAR(recover_walk_doc,
+"recover_walk(buf, pos, base, layout) -> (status, pos)\n\n"
+"Walk the good records of one commit log segment `buf` (starting at log offset `base`) from `pos`:\n"
+"each must decode, match its body CRC and name its own offset. Stops with status 0 when fewer\n"
+"than a BLANK's bytes are left, 1 at a BLANK filler, 2 at zeros (size and magic both 0), 3 at a\n"
+"record that is not good; `pos` is where it stopped.");
+
+static PyObject *recover_walk(PyObject *self, PyObject *args)
+{
+    Py_buffer buf = {0};
+    PyObject *layout_obj;
+    Py_ssize_t pos;
+    long long base;
+    Layout l;
+    if (!PyArg_ParseTuple(args, "y*nLO", &buf, &pos, &base, &layout_obj))
+        return NULL;
+    if (!parse_layout(layout_obj, &l)) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (pos < 0 || pos > buf.len) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "position outside the buffer");
+        return NULL;
+    }
+    const unsigned char *seg = (const unsigned char *)buf.buf;
+    int status = WALK_END;
+    Py_BEGIN_ALLOW_THREADS
+    while (pos + 8 <= buf.len) {
+        const unsigned char *r = seg + pos;
+        int64_t total = get_be(r + l.total, 4), magic = get_be(r + l.magic, 4);
+        if (magic == l.magic_blank) { /* like RocketMQ, its declared size is not checked */
+            status = WALK_BLANK;
+            break;
+        }
+        if (total == 0 && magic == 0) {
+            status = WALK_ZEROS;
+            break;
+        }
+        int64_t size = good_record(&l, r, buf.len - pos, base + pos);
+        if (size == 0) {
+            status = WALK_BAD;
+            break;
+        }
+        pos += size;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("in", status, pos);
+}
+
 static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS, encode_run_doc},
     {"encode_one", encode_one, METH_VARARGS, encode_one_doc},
@@ -1615,6 +1751,7 @@ static PyMethodDef methods[] = {
     {"filter_has", (PyCFunction)(void (*)(void))filter_has, METH_FASTCALL, filter_has_doc},
     {"dedupe_screen", dedupe_screen, METH_VARARGS, dedupe_screen_doc},
     {"crc32", crc32_of, METH_VARARGS, crc32_doc},
+    {"recover_walk", recover_walk, METH_VARARGS, recover_walk_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,6 +22,7 @@ from store.format._recordio import (
     index_put,
     populate,
     put_results,
+    recover_walk,
     scan_records,
 )
 from store.format.codec import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG
@@ -45,11 +46,13 @@ from store.format.layouts import (
 
 __all__ = [
     "assign_queue_offsets", "build_items", "crc32", "dedupe_screen", "encode_one", "encode_run", "filter_add",
-    "filter_has", "index_key_hash", "index_put", "populate", "put_results", "scan_records", "record_layout",
-    "SCANNED_RECORD", "SCANNED_KEY", "NO_DELAY_LEVEL", "SCAN_END", "SCAN_BLANK", "SCAN_SLOW", "SCAN_FULL",
+    "filter_has", "index_key_hash", "index_put", "populate", "put_results", "recover_walk", "scan_records",
+    "record_layout", "SCANNED_RECORD", "SCANNED_KEY", "NO_DELAY_LEVEL", "SCAN_END", "SCAN_BLANK", "SCAN_SLOW",
+    "SCAN_FULL", "WALK_END", "WALK_BLANK", "WALK_ZEROS", "WALK_BAD",
 ]
 
 SCAN_END, SCAN_BLANK, SCAN_SLOW, SCAN_FULL = 0, 1, 2, 3
+WALK_END, WALK_BLANK, WALK_ZEROS, WALK_BAD = 0, 1, 2, 3  # how recover_walk stopped
 NO_DELAY_LEVEL = -(2**31)
 
 # One scanned record (ScannedRecord in _recordio.c), native byte order.

@@ -17,6 +17,7 @@ from store.format.recordio import encode_one, encode_run, record_layout
 from store.log.mapped_file import MappedFile
 from store.log.paths import is_offset_name, offset_to_name
 from store.log.segment_warmer import SegmentWarmer
+from store.log.tail_walk import record_at, walk_compiled, walk_reference
 
 
 @dataclass(frozen=True)
@@ -244,54 +245,45 @@ class CommitLog:
 
     # -- recovery ----------------------------------------------------------------------------
     def _record_at(self, phys: int) -> StoredMessage | None:
-        """A record that decodes cleanly and sits where it says, or None."""
-        seg = self._segment_for(phys)
-        if seg is None:
-            return None
-        pos = phys % self.file_size
-        if pos + BLANK.size > self.file_size:
-            return None
-        try:
-            msg = codec.decode(seg.buf, pos, path=str(seg.path))
-        except CorruptRecordError:
-            return None
-        return msg if msg.phys_offset == phys else None
+        return record_at(self._segment_for, self.file_size, phys)
 
-    def recover(self, start: int | None = None, *, count_tail: bool = False) -> RecoveryResult:
+    def _recovery_start(self) -> int:
+        """The start of the third-last segment holding data (RocketMQ walks the last three).
+        Segments past the data are skipped: a batch creates every segment it will reach before
+        writing to them (see _reserve), so a writer killed midway leaves empty ones behind, and
+        a walk starting in them would miss where the data ends."""
+        used = len(self._segments)
+        while used > 1 and BLANK.unpack_from(self._segments[used - 1].buf, 0) == (0, 0):
+            used -= 1
+        return self._base + max(0, used - 3) * self.file_size
+
+    def has_segments_past(self, end: int) -> bool:
+        """Whether a segment starts at or after `end` (only empty ones can: see _recovery_start)."""
+        return self._base + len(self._segments) * self.file_size > end + -end % self.file_size
+
+    def recover(self, start: int | None = None, *, count_tail: bool = False, compiled: bool = True) -> RecoveryResult:
         """Find the end of valid data, walking with CRC checks from `start` (default: the start
-        of the third-last segment, as RocketMQ does). Nothing is changed on disk here.
+        of the third-last segment holding data, as RocketMQ does). Nothing is changed on disk here.
+        `compiled=False` walks with the pure-Python reference (store.log.tail_walk).
 
         Bytes left behind the end are counted when the walk stopped at a bad record or when
         `count_tail` asks (after a crash); a clean tail is zero by construction."""
         if not self._segments:
             self.end = self._base
             return RecoveryResult(self._base, 0, None)
-        if start is None:
-            first = max(0, len(self._segments) - 3)
-            start = self._base + first * self.file_size
-        phys = start
+        walk = walk_compiled if compiled else walk_reference
+        stop = walk(self._segment_for, self.file_size, self._recovery_start() if start is None else start)
+        phys = stop.end
         reason = None
-        while True:
+        if stop.bad:
             seg = self._segment_for(phys)
-            if seg is None:
-                break
-            pos = phys % self.file_size
-            size, magic = BLANK.unpack_from(seg.buf, pos)
-            if magic == MAGIC_BLANK:  # like RocketMQ, its declared size is not checked
-                phys += self.file_size - pos
-                continue
-            if size == 0 and magic == 0:
-                break
-            msg = self._record_at(phys)
-            if msg is None:
-                try:
-                    codec.decode(seg.buf, pos, path=str(seg.path))
-                    reason = f"record at offset {phys} claims offset field of another position"
-                except CorruptRecordError as exc:
-                    reason = exc.reason
-                self._raise_if_data_follows(phys, size, reason)
-                break
-            phys += msg.size
+            size = BLANK.unpack_from(seg.buf, phys % self.file_size)[0]
+            try:
+                codec.decode(seg.buf, phys % self.file_size, path=str(seg.path))
+                reason = f"record at offset {phys} claims offset field of another position"
+            except CorruptRecordError as exc:
+                reason = exc.reason
+            self._raise_if_data_follows(phys, size, reason)
         self.end = phys
         leftover = self._nonzero_bytes_after(phys) if reason is not None or count_tail else 0
         return RecoveryResult(phys, leftover, reason)
@@ -334,10 +326,10 @@ class CommitLog:
             if pos and seg.nonzero_bytes(pos):
                 seg.zero_from(pos)
                 seg.flush()
-            for dropped in self._segments[keep:]:
+            while len(self._segments) > keep:  # newest first: stopped midway, the files stay contiguous
+                dropped = self._segments.pop()
                 dropped.close()
                 dropped.path.unlink()
-            del self._segments[keep:]
         self.end = end
 
     def close(self) -> None:
