@@ -12,8 +12,6 @@ from cluster.remoting.errors import RemotingError
 from cluster.remoting.models import TopicRoute
 from cluster.remoting.namesrv import NameServerAdmin
 
-PERM_READ, PERM_WRITE = 4, 2
-
 
 @dataclass(frozen=True)
 class ClusterSettings:

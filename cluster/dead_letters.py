@@ -19,12 +19,13 @@ from backend.protocol import (
     SendUnanswered,
 )
 from cluster.calls import Calls
-from cluster.context import PERM_WRITE, ClusterContext, route_brokers
+from cluster.context import ClusterContext, route_brokers
 from cluster.message_lookups import ClusterLookups
 from cluster.remoting.broker import OutgoingMessage
 from cluster.remoting.errors import RemotingError, ResponseError
 from cluster.remoting.namesrv import TopicNotFound
 from cluster.topic_views import ClusterTopics
+from store.broker.metadata import PERM_WRITE
 from store.errors import InvalidMessageError, MessageNotFoundError
 from store.format import topics
 from store.format.codec import COMPRESSED_FLAG, StoredMessage

@@ -6,9 +6,10 @@ import asyncio
 
 from backend.protocol import BackendUnavailable, QueueActivity, QueueOffsets, TopicList, TopicView
 from cluster.calls import Calls
-from cluster.context import PERM_READ, PERM_WRITE, ClusterContext, route_brokers
+from cluster.context import ClusterContext, route_brokers
 from cluster.remoting.errors import RemotingError
 from cluster.remoting.namesrv import TopicNotFound
+from store.broker.metadata import PERM_READ, PERM_WRITE
 from store.format import topics
 
 

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.models import ConfigVersion
 from app.roles import Principal
 from app.services import audit
-from app.services.config import VersionView, checked_levels, latest, version_views
-from app.services.errors import ConflictError, NotFoundError
+from app.services.config import VersionView, checked_levels, latest, refuse_stale_version, version_views
+from app.services.errors import NotFoundError
 from backend.protocol import DELAY_LEVEL_SETTING, Backend, BackendUnavailable, BrokerSettingValue
 from store.clock import Clock
 
@@ -86,10 +86,8 @@ def set_delay_levels(backend: Backend, sessions: sessionmaker[Session], clock: C
 
     with lock:
         current = get_delay_levels(backend, sessions)
-        if expected_version is not None and expected_version != current.version and not audit.used_key(
-                sessions, idempotency_key):
-            raise ConflictError(f"the delay levels changed since version {expected_version}: version "
-                                f"{current.version} is the newest ({current.levels}); start from it")
+        refuse_stale_version(sessions, expected_version, current.version, f"is the newest ({current.levels})",
+                             idempotency_key)
         if current.levels == levels and not current.differ and not current.problems:
             return current
         action, request = ((SET_BROKER_DELAY_LEVELS, {"levels": levels}) if rollback_to is None

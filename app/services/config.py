@@ -88,6 +88,16 @@ def dropped_levels(store: MessageStore, levels: str) -> dict[int, int]:
     return {level: waiting for level, waiting in levels_in_use(store).items() if level > count}
 
 
+def refuse_stale_version(sessions: sessionmaker, expected_version: int | None, current_version: int,
+                         current_words: str, idempotency_key: str | None) -> None:
+    """A change made from an older version of the delay levels is refused (a repeat of a request
+    already carried out, by its idempotency key, is not)."""
+    if expected_version is not None and expected_version != current_version and not audit.used_key(
+            sessions, idempotency_key):
+        raise ConflictError(f"the delay levels changed since version {expected_version}: version "
+                            f"{current_version} {current_words}; start from it")
+
+
 def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock: Clock, levels: str, *,
                      actor: Principal, lock: threading.Lock, idempotency_key: str | None = None,
                      reason: str | None = None, expected_version: int | None = None,
@@ -121,10 +131,8 @@ def set_delay_levels(store: MessageStore, sessions: sessionmaker[Session], clock
 
     with lock:
         current = get_delay_levels(store, sessions)
-        if expected_version is not None and expected_version != current.version and not audit.used_key(
-                sessions, idempotency_key):
-            raise ConflictError(f"the delay levels changed since version {expected_version}: version "
-                                f"{current.version} is now in use ({current.levels}); start from it")
+        refuse_stale_version(sessions, expected_version, current.version, f"is now in use ({current.levels})",
+                             idempotency_key)
         if current.levels == levels:
             return current
         dropped = dropped_levels(store, levels)
