@@ -1962,6 +1962,49 @@ static void arrow_columns_free(ArrowColumns *c)
     PyMem_RawFree(c->property_maps.data);
 }
 
+/* The buffers of the last call, kept for the next one (with the interpreter lock held to take or
+ * give them back): a batch's buffers are megabytes, and fresh ones cost page faults every call. */
+static ArrowColumns kept_columns;
+static int kept_columns_taken = 0;
+#define MAX_KEPT_COLUMN_BYTES (64 * 1024 * 1024)
+
+/* The kept buffers, emptied, for this call: a call running meanwhile (in another thread) takes
+ * fresh ones. 0 when taken by another call. */
+static int take_columns(ArrowColumns *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (kept_columns_taken)
+        return 0;
+    kept_columns_taken = 1;
+    *c = kept_columns;
+    for (int i = 0; i < FIX_COUNT; i++)
+        c->fixed[i].len = 0;
+    for (int i = 0; i < TXT_COUNT; i++) {
+        c->text[i].offsets.len = c->text[i].data.len = c->text[i].valid.len = 0;
+        c->text[i].nulls = 0;
+    }
+    c->key_lists.len = c->property_maps.len = 0;
+    c->rows = 0;
+    return 1;
+}
+
+/* Keep the buffers of the call that took the kept ones, unless they grew past the bound. */
+static void give_back_columns(ArrowColumns *c)
+{
+    Py_ssize_t held = c->key_lists.cap + c->property_maps.cap;
+    for (int i = 0; i < FIX_COUNT; i++)
+        held += c->fixed[i].cap;
+    for (int i = 0; i < TXT_COUNT; i++)
+        held += c->text[i].offsets.cap + c->text[i].data.cap + c->text[i].valid.cap;
+    if (held <= MAX_KEPT_COLUMN_BYTES) {
+        kept_columns = *c;
+    } else {
+        arrow_columns_free(c);
+        memset(&kept_columns, 0, sizeof(kept_columns));
+    }
+    kept_columns_taken = 0;
+}
+
 static int put_fixed(Growable *g, int64_t v, int width)
 {
     if (width == 8)
@@ -2162,6 +2205,7 @@ static PyObject *decode_columns(PyObject *self, PyObject *args)
     ArrowColumns cols;
     memset(&cols, 0, sizeof(cols));
     memset(&plan, 0, sizeof(plan));
+    int owns_kept = 0;
 
     if (!PyArg_ParseTuple(args, "y*nnOLnnO", &buf, &pos, &stop, &layout_obj, &base, &max_rows, &max_records,
                           &plan_obj))
@@ -2174,6 +2218,7 @@ static PyObject *decode_columns(PyObject *self, PyObject *args)
     }
     if (stop > buf.len)
         stop = buf.len;
+    owns_kept = take_columns(&cols);
     int ok = 1;
     for (int i = 0; i < TXT_COUNT && ok; i++)
         ok = arrow_text_init(&cols.text[i]);
@@ -2274,7 +2319,10 @@ static PyObject *decode_columns(PyObject *self, PyObject *args)
                            growable_bytes(&cols.property_maps));
 done:
     decode_plan_free(&plan);
-    arrow_columns_free(&cols);
+    if (owns_kept)
+        give_back_columns(&cols);
+    else
+        arrow_columns_free(&cols);
     PyBuffer_Release(&buf);
     return result;
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tempfile
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -240,6 +241,24 @@ def test_decode_columns_statuses_and_hostile_arguments(tmp_path):
         run(raw, plan_tuple=(*plan[:6], ("Orders",), *plan[7:]))  # topics as str, not bytes
     with pytest.raises(ValueError):
         run(raw, plan_tuple=(plan[0][:3], *plan[1:]))
+
+
+def test_calls_in_several_threads_at_once_give_what_one_call_gives(tmp_path):
+    """A call that finds the kept buffers taken by a call running meanwhile decodes into its own."""
+    recs = [{"topic": "Orders", "properties": f"KEYS\x01k{n} s\x02TAGS\x01t{n % 3}", "body": b"b" * (n % 50),
+             "queue_id": n % 4, "queue_offset": n, "flag": 0, "born_timestamp": 1, "store_timestamp": n,
+             "born_host": HostAddress.parse("10.0.0.1:1"), "store_host": HostAddress.parse("[::2]:2"),
+             "reconsume_times": 0, "sys_flag": 0, "magic": MAGIC_V1} for n in range(3000)]
+    segment = write_segment(tmp_path, segment_bytes(recs))
+    plan = DecodePlan(True, frozenset(), ScanFilter())
+    expected, _ = reference(segment, 0, segment.size, plan, skip_corrupt=False, is_tail=False)
+
+    def read(_):
+        return compiled(segment, 0, segment.size, plan, skip_corrupt=False, is_tail=False)[0]
+
+    with ThreadPoolExecutor(4) as pool:
+        tables = list(pool.map(read, range(12)))
+    assert all(t.equals(expected) for t in tables)
 
 
 def test_bounds_beyond_int64_select_nothing_or_everything():
