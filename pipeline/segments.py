@@ -11,6 +11,7 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,6 +122,51 @@ def resync(buf, base: int, start: int, path: str, limit: int | None = None) -> i
         pos = candidate + 1
 
 
+@contextmanager
+def mapped(segment: Segment) -> Iterator[mmap.mmap]:
+    """The segment's bytes, mapped read-only."""
+    with open(segment.path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        yield buf
+
+
+def first_boundary(buf, segment: Segment, start: int, stop: int) -> int | None:
+    """Where a walk of [start, stop) begins: `start` itself at a segment's start, else the first
+    verified record boundary before `stop` (None: no record of this walk)."""
+    if start == 0:
+        return 0
+    return resync(buf, segment.base, start, str(segment.path), limit=stop)
+
+
+def ends_here(buf, pos: int) -> bool:
+    """A filler or zeros at `pos`: the segment's records end there."""
+    total, magic = BLANK.unpack_from(buf, pos)
+    return magic == MAGIC_BLANK or total == 0
+
+
+def step(buf, segment: Segment, pos: int, *, skip_corrupt: bool, is_tail: bool,
+         report: WalkReport) -> tuple[codec.StoredMessage | None, int | None]:
+    """The record at `pos` (counted in the report) and where the next one starts; for a corrupt
+    record, None and the next verified record (skipped and reported), or an error raised, or a
+    torn tail reported (see walk). A next position of None ends the walk."""
+    path = str(segment.path)
+    try:
+        msg = codec.decode(buf, pos, path=path, check_crc=True)
+        if msg.phys_offset != segment.base + pos:
+            raise CorruptRecordError(path, pos, f"holds offset {msg.phys_offset}, not its own")
+    except CorruptRecordError as exc:
+        following = resync(buf, segment.base, pos + 1, path)
+        if following is None and is_tail:
+            report.torn_tail_at = segment.base + pos
+            return None, None
+        if not skip_corrupt:
+            raise
+        length = (following if following is not None else _data_end(buf, pos)) - pos
+        report.skipped.append(SkippedRange(segment.path.name, pos, length, exc.reason))
+        return None, following
+    report.records += 1
+    return msg, pos + msg.size
+
+
 def walk(segment: Segment, start: int = 0, end: int | None = None, *, skip_corrupt: bool = False,
          is_tail: bool = False, report: WalkReport | None = None) -> Iterator[codec.StoredMessage]:
     """Every record whose first byte lies in [start, end) of the segment, in order.
@@ -132,40 +178,14 @@ def walk(segment: Segment, start: int = 0, end: int | None = None, *, skip_corru
     report = report if report is not None else WalkReport()
     if segment.size == 0:
         return
-    path = str(segment.path)
-    with open(segment.path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+    with mapped(segment) as buf:
         size = len(buf)
         stop = size if end is None else min(end, size)
-        pos = start
-        if start > 0:  # only a record that starts before `stop` is this walk's
-            found = resync(buf, segment.base, start, path, limit=stop)
-            if found is None:
-                return
-            pos = found
-        while pos < stop and pos + BLANK.size <= size:
-            total, magic = BLANK.unpack_from(buf, pos)
-            if magic == MAGIC_BLANK or total == 0:
-                return
-            try:
-                msg = codec.decode(buf, pos, path=path, check_crc=True)
-                if msg.phys_offset != segment.base + pos:
-                    raise CorruptRecordError(path, pos, f"holds offset {msg.phys_offset}, not its own")
-            except CorruptRecordError as exc:
-                following = resync(buf, segment.base, pos + 1, path)
-                if following is None and is_tail:
-                    report.torn_tail_at = segment.base + pos
-                    return
-                if not skip_corrupt:
-                    raise
-                length = (following if following is not None else _data_end(buf, pos)) - pos
-                report.skipped.append(SkippedRange(segment.path.name, pos, length, exc.reason))
-                if following is None:
-                    return
-                pos = following
-                continue
-            report.records += 1
-            yield msg
-            pos += msg.size
+        pos = first_boundary(buf, segment, start, stop)  # only a record that starts before `stop` is this walk's
+        while pos is not None and pos < stop and pos + BLANK.size <= size and not ends_here(buf, pos):
+            msg, pos = step(buf, segment, pos, skip_corrupt=skip_corrupt, is_tail=is_tail, report=report)
+            if msg is not None:
+                yield msg
 
 
 def _data_end(buf, pos: int, chunk: int = 1 << 20) -> int:
@@ -184,7 +204,7 @@ def first_store_timestamp(segment: Segment) -> int | None:
     """The store time of a segment's first record, None for an empty or damaged start."""
     if segment.size < RECORD_HEAD.size:
         return None
-    with open(segment.path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+    with mapped(segment) as buf:
         try:
             return codec.decode_for_dispatch(buf, 0, path=str(segment.path)).store_timestamp
         except CorruptRecordError:

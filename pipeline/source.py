@@ -4,11 +4,17 @@ One partition per segment file, and a segment larger than `split_bytes` is read 
 tasks, each starting at a verified record boundary. Each task opens its own file and yields
 Arrow batches built by the store's decoder. Read-only: works on an mqlens store and on a
 RocketMQ store directory, live or not (the newest segment is read up to its last complete
-record). Filters on topic, store time and physical offset are pushed into the scan.
+record). Each task decodes its range in the store's compiled code straight into Arrow buffers
+(pipeline.columnar). Filters on topic, store time, physical offset, queue id, copy kind and tags
+are pushed into that scan: a record they reject is never built into a row. Spark's Python data
+sources offer no column pruning (every batch carries the whole schema), so `body` is the one way
+to leave bytes undecoded.
 
-Options: `body` (true/false, default false), `skip_corrupt` (true/false: skip and report corrupt
-ranges instead of failing), `split_bytes` (default 128 MiB), `progress_dir` (a folder where each
-task reports records read, skipped ranges and a torn tail; see pipeline.progress)."""
+Options: `body` (true/false, default false), `body_topics` (topics whose bodies are read even
+without `body`), `skip_corrupt` (true/false: skip and report corrupt ranges instead of failing),
+`split_bytes` (default 128 MiB), `progress_dir` (a folder where each task reports records read,
+skipped ranges and a torn tail; see pipeline.progress), `decoder` (compiled, the default, or
+python: the reference decoder, one Python object per record)."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
 
+from pipeline.columnar import DecodePlan, read_range
 from pipeline.options import FORMAT
 from pipeline.progress import write_task_progress
 from pipeline.records import ARROW_SCHEMA, BATCH_ROWS, SCHEMA_DDL, RowBuilder
@@ -25,6 +32,7 @@ from pipeline.scan_filter import ScanFilter
 from pipeline.segments import Segment, WalkReport, first_store_timestamp, segment_files, walk
 
 DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
+DECODERS = ("compiled", "python")
 
 
 def _flag(options: dict, name: str) -> bool:
@@ -67,6 +75,9 @@ class CommitLogReader(DataSourceReader):
         self.skip_corrupt = _flag(options, "skip_corrupt")
         self.split_bytes = _positive(options, "split_bytes", DEFAULT_SPLIT_BYTES)
         self.progress_dir = options.get("progress_dir") or None
+        self.decoder = str(options.get("decoder", "compiled")).strip().lower()
+        if self.decoder not in DECODERS:
+            raise ValueError(f"option decoder is one of {', '.join(DECODERS)}, not {self.decoder!r}")
         self.filter = ScanFilter()
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 (Spark's name)
@@ -86,7 +97,7 @@ class CommitLogReader(DataSourceReader):
         """Segments whose records may fall in the time range: a segment's records are no older
         than its first one and older than the next segment's first."""
         window = self.filter.store_timestamp
-        if window.low == -float("inf") and window.high == float("inf"):
+        if window.unbounded:
             return wanted
         firsts = {s.path: first_store_timestamp(s) for s in segments}
         following = {a.path: firsts[b.path] for a, b in zip(segments, segments[1:], strict=False)}
@@ -101,19 +112,28 @@ class CommitLogReader(DataSourceReader):
         if not isinstance(partition, SegmentSplit):  # Spark's stand-in when no segment is to be read
             return
         report = WalkReport()
-        scan = self.filter
+        if self.decoder == "python":
+            yield from self._read_in_python(partition, report)
+        else:
+            plan = DecodePlan(self.with_body, self.body_topics, self.filter)
+            yield from read_range(partition.segment, partition.start, partition.end, plan,
+                                  skip_corrupt=self.skip_corrupt, is_tail=partition.is_tail, report=report,
+                                  progress=lambda: self._progress(partition, report, done=False))
+        self._progress(partition, report, done=True)
+
+    def _read_in_python(self, partition: SegmentSplit, report: WalkReport) -> Iterator[pa.RecordBatch]:
+        """The reference reader: the Python codec, one row object per record."""
         pending: list[dict] = []
         rows = RowBuilder(self.with_body, self.body_topics)
         for msg in walk(partition.segment, partition.start, partition.end, skip_corrupt=self.skip_corrupt,
                         is_tail=partition.is_tail, report=report):
-            if scan.matches(msg.topic, msg.store_timestamp, msg.phys_offset):
+            if self.filter.matches(msg):
                 pending.append(rows.row(msg))
             if report.records % BATCH_ROWS == 0:
                 self._progress(partition, report, done=False)
                 if pending:
                     yield pa.RecordBatch.from_pylist(pending, schema=ARROW_SCHEMA)
                     pending = []
-        self._progress(partition, report, done=True)
         if pending:
             yield pa.RecordBatch.from_pylist(pending, schema=ARROW_SCHEMA)
 

@@ -1607,6 +1607,66 @@ enum { WALK_END = 0, WALK_BLANK = 1, WALK_ZEROS = 2, WALK_BAD = 3 };
 
 /* Whether `n` bytes are well-formed UTF-8 (what a strict decoder accepts: no overlong forms,
  * no surrogates, nothing past U+10FFFF, no cut sequence). */
+/* ---- columnar decode (pipeline data source) ---- */
+
+/* Records of a segment range straight into Arrow column buffers for the pipeline's row schema
+ * (pipeline/records.py ARROW_SCHEMA), with the pushed filters applied: pipeline/columnar.py
+ * passes the property and topic names, the copy kind texts and the filters, and wraps the
+ * buffers into arrays. Every record is validated as codec.decode(check_crc=True) does; one it
+ * cannot take exactly is left to the Python walk (status SCAN_SLOW). */
+
+typedef struct {
+    Growable offsets, data, valid; /* int32 offsets, bytes, validity bitmap (nullable columns) */
+    Py_ssize_t nulls;
+} ArrowText;
+
+static int arrow_text_init(ArrowText *c)
+{
+    int32_t zero = 0;
+    return grow_append_raw(&c->offsets, &zero, sizeof(zero));
+}
+
+static int arrow_text_end_value(ArrowText *c)
+{
+    int32_t end = (int32_t)c->data.len;
+    return grow_append_raw(&c->offsets, &end, sizeof(end));
+}
+
+static int arrow_text_put(ArrowText *c, const void *s, Py_ssize_t n)
+{
+    return grow_append_raw(&c->data, s, n) && arrow_text_end_value(c);
+}
+
+/* Validity bit `row` of a nullable column, set when `present`. */
+static int arrow_valid_put(ArrowText *c, Py_ssize_t row, int present)
+{
+    if (row % 8 == 0) {
+        unsigned char zero = 0;
+        if (!grow_append_raw(&c->valid, &zero, 1))
+            return 0;
+    }
+    if (present)
+        c->valid.data[row / 8] |= (unsigned char)(1u << (row % 8));
+    else
+        c->nulls++;
+    return 1;
+}
+
+static int arrow_text_put_nullable(ArrowText *c, Py_ssize_t row, const void *s, Py_ssize_t n, int present)
+{
+    if (!arrow_valid_put(c, row, present))
+        return 0;
+    return present ? arrow_text_put(c, s, n) : arrow_text_end_value(c);
+}
+
+static void arrow_text_free(ArrowText *c)
+{
+    PyMem_RawFree(c->offsets.data);
+    PyMem_RawFree(c->data.data);
+    PyMem_RawFree(c->valid.data);
+}
+
+/* Strict UTF-8, as Python's decoder takes it (no overlongs, surrogates or code points past U+10FFFF). */
 static int valid_utf8(const unsigned char *s, Py_ssize_t n)
 {
     Py_ssize_t i = 0;
@@ -1637,6 +1697,28 @@ static int valid_utf8(const unsigned char *s, Py_ssize_t n)
         if (more > n - i - 1 || s[i + 1] < lo || s[i + 1] > hi)
             return 0;
         for (Py_ssize_t k = 2; k <= more; k++)
+        int more;
+        unsigned char low = 0x80, high = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            more = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            if (c == 0xE0)
+                low = 0xA0;
+            else if (c == 0xED)
+                high = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            if (c == 0xF0)
+                low = 0x90;
+            else if (c == 0xF4)
+                high = 0x8F;
+        } else {
+            return 0;
+        }
+        if (n - i - 1 < more || s[i + 1] < low || s[i + 1] > high)
+            return 0;
+        for (int k = 2; k <= more; k++)
             if ((s[i + k] & 0xC0) != 0x80)
                 return 0;
         i += more + 1;
@@ -1735,6 +1817,632 @@ static PyObject *recover_walk(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     return Py_BuildValue("in", status, pos);
+/* A set of byte strings from a tuple of bytes (borrowed), or every value when `any`. */
+typedef struct {
+    int any;
+    Py_ssize_t count;
+    const unsigned char **text;
+    Py_ssize_t *len;
+} ByteSet;
+
+static int byte_set_of(PyObject *obj, ByteSet *set, const char *what)
+{
+    memset(set, 0, sizeof(*set));
+    if (obj == Py_None) {
+        set->any = 1;
+        return 1;
+    }
+    if (!PyTuple_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: a tuple of bytes or None", what);
+        return 0;
+    }
+    set->count = PyTuple_GET_SIZE(obj);
+    set->text = PyMem_Malloc((set->count ? set->count : 1) * sizeof(*set->text));
+    set->len = PyMem_Malloc((set->count ? set->count : 1) * sizeof(*set->len));
+    if (!set->text || !set->len) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < set->count; i++) {
+        PyObject *item = PyTuple_GET_ITEM(obj, i);
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "%s: a tuple of bytes or None", what);
+            return 0;
+        }
+        set->text[i] = (const unsigned char *)PyBytes_AS_STRING(item);
+        set->len[i] = PyBytes_GET_SIZE(item);
+    }
+    return 1;
+}
+
+static void byte_set_free(ByteSet *set)
+{
+    PyMem_Free((void *)set->text);
+    PyMem_Free(set->len);
+}
+
+static int byte_set_has(const ByteSet *set, const unsigned char *s, Py_ssize_t n)
+{
+    if (set->any)
+        return 1;
+    for (Py_ssize_t i = 0; i < set->count; i++)
+        if (set->len[i] == n && memcmp(set->text[i], s, n) == 0)
+            return 1;
+    return 0;
+}
+
+static int bytes_equal(const unsigned char *s, Py_ssize_t n, const ByteSet *names, int which)
+{
+    return names->len[which] == n && memcmp(names->text[which], s, n) == 0;
+}
+
+static int bytes_start(const unsigned char *s, Py_ssize_t n, const ByteSet *names, int which)
+{
+    return names->len[which] <= n && memcmp(names->text[which], s, names->len[which]) == 0;
+}
+
+/* The plan's tables, in the order pipeline/columnar.py builds them. */
+enum { NAME_TAGS, NAME_KEYS, NAME_UNIQ_KEY, NAME_ORIGIN_ID, NAME_DLQ_ORIGIN_ID, NAME_RESENT_FROM, NAME_COUNT };
+enum { KIND_TOPIC_SCHEDULE, KIND_TOPIC_TIMER, KIND_PREFIX_RETRY, KIND_PREFIX_DLQ, KIND_TOPIC_TRACE,
+       KIND_TOPIC_COUNT };
+enum { KIND_ORIGINAL, KIND_SCHEDULED, KIND_RETRY, KIND_DEAD_LETTER, KIND_TRACE, KIND_RESENT, KIND_COUNT };
+
+typedef struct {
+    ByteSet names, kind_topics, kind_texts, body_topics, topics, tags;
+    long compressed_flag;
+    int with_body;
+    long long ts_low, ts_high, phys_low, phys_high, queue_low, queue_high;
+    unsigned long kind_mask;
+} DecodePlan;
+
+static void decode_plan_free(DecodePlan *p)
+{
+    ByteSet *sets[] = {&p->names, &p->kind_topics, &p->kind_texts, &p->body_topics, &p->topics, &p->tags};
+    for (int i = 0; i < 6; i++)
+        byte_set_free(sets[i]);
+}
+
+static int decode_plan_of(PyObject *obj, DecodePlan *p)
+{
+    PyObject *names, *kind_topics, *kind_texts, *body_topics, *topic_set, *tag_set;
+    memset(p, 0, sizeof(*p));
+    if (!PyTuple_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "the decode plan is a tuple");
+        return 0;
+    }
+    if (!PyArg_ParseTuple(obj, "O!O!O!lpO!O(LL)(LL)(LL)kO;decode plan", &PyTuple_Type, &names, &PyTuple_Type,
+                          &kind_topics, &PyTuple_Type, &kind_texts, &p->compressed_flag, &p->with_body,
+                          &PyTuple_Type, &body_topics, &topic_set, &p->ts_low, &p->ts_high, &p->phys_low,
+                          &p->phys_high, &p->queue_low, &p->queue_high, &p->kind_mask, &tag_set))
+        return 0;
+    if (!byte_set_of(names, &p->names, "names") || !byte_set_of(kind_topics, &p->kind_topics, "kind topics") ||
+        !byte_set_of(kind_texts, &p->kind_texts, "kind texts") ||
+        !byte_set_of(body_topics, &p->body_topics, "body topics") || !byte_set_of(topic_set, &p->topics, "topics") ||
+        !byte_set_of(tag_set, &p->tags, "tags"))
+        return 0;
+    if (p->names.any || p->names.count != NAME_COUNT || p->kind_topics.any ||
+        p->kind_topics.count != KIND_TOPIC_COUNT || p->kind_texts.any || p->kind_texts.count != KIND_COUNT ||
+        p->body_topics.any) {
+        PyErr_SetString(PyExc_ValueError, "the decode plan's name tables have the wrong sizes");
+        return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    const unsigned char *name, *value;
+    Py_ssize_t name_len, value_len;
+} PropertyEntry;
+
+#define MAX_DECODED_PROPERTIES 64
+
+/* parse_properties into entries in first-seen order, a repeated name taking its last value; 0
+ * when there are more distinct names than MAX_DECODED_PROPERTIES. */
+static int decode_properties(const unsigned char *p, Py_ssize_t n, PropertyEntry *entries, int *count)
+{
+    *count = 0;
+    Py_ssize_t chunk = 0;
+    while (chunk <= n) {
+        const unsigned char *end = memchr(p + chunk, '\x02', n - chunk);
+        Py_ssize_t chunk_end = end ? end - p : n;
+        Py_ssize_t len = chunk_end - chunk;
+        const unsigned char *sep = len >= 3 ? memchr(p + chunk, '\x01', len) : NULL;
+        Py_ssize_t at = sep ? sep - (p + chunk) : -1;
+        if (at > 0 && at < len - 1) {
+            PropertyEntry e = {p + chunk, p + chunk + at + 1, at, len - at - 1};
+            int i = 0;
+            while (i < *count && !(entries[i].name_len == e.name_len && memcmp(entries[i].name, e.name, at) == 0))
+                i++;
+            if (i == *count) {
+                if (*count == MAX_DECODED_PROPERTIES)
+                    return 0;
+                (*count)++;
+            }
+            entries[i] = e;
+        }
+        chunk = chunk_end + 1;
+    }
+    return 1;
+}
+
+static const PropertyEntry *property_named(const PropertyEntry *entries, int count, const ByteSet *names,
+                                           int which)
+{
+    for (int i = 0; i < count; i++)
+        if (bytes_equal(entries[i].name, entries[i].name_len, names, which))
+            return &entries[i];
+    return NULL;
+}
+
+/* topics.message_copy_kind */
+static int copy_kind_of(const unsigned char *topic, Py_ssize_t n, int resent_mark, const ByteSet *t)
+{
+    int dead_letter = bytes_start(topic, n, t, KIND_PREFIX_DLQ);
+    if (resent_mark && !dead_letter)
+        return KIND_RESENT;
+    if (bytes_equal(topic, n, t, KIND_TOPIC_SCHEDULE) || bytes_equal(topic, n, t, KIND_TOPIC_TIMER))
+        return KIND_SCHEDULED;
+    if (bytes_start(topic, n, t, KIND_PREFIX_RETRY))
+        return KIND_RETRY;
+    if (dead_letter)
+        return KIND_DEAD_LETTER;
+    if (bytes_equal(topic, n, t, KIND_TOPIC_TRACE))
+        return KIND_TRACE;
+    return KIND_ORIGINAL;
+}
+
+static char *put_decimal(char *out, int64_t v)
+{
+    char digits[24];
+    int n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *out++ = '-';
+    while (n)
+        *out++ = digits[--n];
+    return out;
+}
+
+/* str(HostAddress): "a.b.c.d:port" or "[x:x:x:x:x:x:x:x]:port" (Java's form, no zero compression). */
+static Py_ssize_t format_host(char *out, const unsigned char *address, int v6)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *q = out;
+    if (v6) {
+        *q++ = '[';
+        for (int g = 0; g < 8; g++) {
+            unsigned value = (unsigned)address[2 * g] << 8 | address[2 * g + 1];
+            int started = 0;
+            for (int shift = 12; shift >= 0; shift -= 4) {
+                unsigned digit = (value >> shift) & 0xF;
+                if (digit || started || shift == 0) {
+                    *q++ = hex[digit];
+                    started = 1;
+                }
+            }
+            if (g < 7)
+                *q++ = ':';
+        }
+        *q++ = ']';
+    } else {
+        for (int i = 0; i < 4; i++) {
+            q = put_decimal(q, address[i]);
+            if (i < 3)
+                *q++ = '.';
+        }
+    }
+    *q++ = ':';
+    q = put_decimal(q, get_be(address + (v6 ? 16 : 4), 4));
+    return q - out;
+}
+
+/* A host's text, formatted once while the host stays the same from record to record. */
+typedef struct {
+    unsigned char raw[20];
+    Py_ssize_t raw_len, text_len;
+    char text[64];
+} HostText;
+
+static void host_text(HostText *h, const unsigned char *host, int v6)
+{
+    Py_ssize_t n = v6 ? 20 : 8;
+    if (h->raw_len == n && memcmp(h->raw, host, n) == 0)
+        return;
+    memcpy(h->raw, host, n);
+    h->raw_len = n;
+    h->text_len = format_host(h->text, host, v6);
+}
+
+enum { FIX_PHYS, FIX_SIZE, FIX_QUEUE_ID, FIX_QUEUE_OFFSET, FIX_FLAG, FIX_SYS_FLAG, FIX_BORN_TS, FIX_STORE_TS,
+       FIX_RECONSUME, FIX_COUNT };
+static const int fixed_width[FIX_COUNT] = {8, 4, 4, 8, 4, 4, 8, 8, 4};
+enum { TXT_OFFSET_ID, TXT_UNIQUE_KEY, TXT_TOPIC, TXT_BORN_HOST, TXT_STORE_HOST, TXT_TAGS, TXT_KEY_ITEMS,
+       TXT_PROP_NAMES, TXT_PROP_VALUES, TXT_BODY, TXT_COPY_KIND, TXT_ORIGINAL_ID, TXT_COUNT };
+
+typedef struct {
+    Growable fixed[FIX_COUNT];
+    ArrowText text[TXT_COUNT];
+    Growable key_lists, property_maps; /* int32 offsets of the keys lists and properties maps */
+    Py_ssize_t rows;
+} ArrowColumns;
+
+static void arrow_columns_free(ArrowColumns *c)
+{
+    for (int i = 0; i < FIX_COUNT; i++)
+        PyMem_RawFree(c->fixed[i].data);
+    for (int i = 0; i < TXT_COUNT; i++)
+        arrow_text_free(&c->text[i]);
+    PyMem_RawFree(c->key_lists.data);
+    PyMem_RawFree(c->property_maps.data);
+}
+
+/* The buffers of the last call, kept for the next one (with the interpreter lock held to take or
+ * give them back): a batch's buffers are megabytes, and fresh ones cost page faults every call. */
+static ArrowColumns kept_columns;
+static int kept_columns_taken = 0;
+#define MAX_KEPT_COLUMN_BYTES (64 * 1024 * 1024)
+
+/* The kept buffers, emptied, for this call: a call running meanwhile (in another thread) takes
+ * fresh ones. 0 when taken by another call. */
+static int take_columns(ArrowColumns *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (kept_columns_taken)
+        return 0;
+    kept_columns_taken = 1;
+    *c = kept_columns;
+    for (int i = 0; i < FIX_COUNT; i++)
+        c->fixed[i].len = 0;
+    for (int i = 0; i < TXT_COUNT; i++) {
+        c->text[i].offsets.len = c->text[i].data.len = c->text[i].valid.len = 0;
+        c->text[i].nulls = 0;
+    }
+    c->key_lists.len = c->property_maps.len = 0;
+    c->rows = 0;
+    return 1;
+}
+
+/* Keep the buffers of the call that took the kept ones, unless they grew past the bound. */
+static void give_back_columns(ArrowColumns *c)
+{
+    Py_ssize_t held = c->key_lists.cap + c->property_maps.cap;
+    for (int i = 0; i < FIX_COUNT; i++)
+        held += c->fixed[i].cap;
+    for (int i = 0; i < TXT_COUNT; i++)
+        held += c->text[i].offsets.cap + c->text[i].data.cap + c->text[i].valid.cap;
+    if (held <= MAX_KEPT_COLUMN_BYTES) {
+        kept_columns = *c;
+    } else {
+        arrow_columns_free(c);
+        memset(&kept_columns, 0, sizeof(kept_columns));
+    }
+    kept_columns_taken = 0;
+}
+
+static int put_fixed(Growable *g, int64_t v, int width)
+{
+    if (width == 8)
+        return grow_append_raw(g, &v, 8);
+    int32_t narrow = (int32_t)v;
+    return grow_append_raw(g, &narrow, 4);
+}
+
+static int put_list_end(Growable *g, Py_ssize_t end)
+{
+    int32_t value = (int32_t)end;
+    return grow_append_raw(g, &value, sizeof(value));
+}
+
+static PyObject *growable_bytes(const Growable *g)
+{
+    return PyBytes_FromStringAndSize(g->data ? g->data : "", g->len);
+}
+
+/* (offsets, data, validity or None) of a text column */
+static PyObject *arrow_text_tuple(const ArrowText *c, int nullable)
+{
+    PyObject *offsets = growable_bytes(&c->offsets), *data = growable_bytes(&c->data);
+    PyObject *valid = nullable && c->nulls ? growable_bytes(&c->valid) : Py_NewRef(Py_None);
+    if (!offsets || !data || !valid) {
+        Py_XDECREF(offsets);
+        Py_XDECREF(data);
+        Py_XDECREF(valid);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNn)", offsets, data, valid, nullable ? c->nulls : 0);
+}
+
+static int nullable_text(int which)
+{
+    return which == TXT_UNIQUE_KEY || which == TXT_TAGS || which == TXT_BODY;
+}
+
+/* Where each part of a validated record lies. */
+typedef struct {
+    const unsigned char *r, *born_host, *store_host, *body, *topic, *props;
+    int64_t total, sys_flag, store_ts, body_len, topic_len, props_len;
+} RecordParts;
+
+/* The record at r (with `room` bytes to the end of the buffer) split into its parts, checked as
+ * codec.decode checks it; 0 when the Python decoder is to look at it. */
+static int record_parts(const Layout *l, const unsigned char *r, Py_ssize_t room, RecordParts *m)
+{
+    if (room < l->head_size)
+        return 0;
+    int64_t total = get_be(r + l->total, 4), magic = get_be(r + l->magic, 4);
+    if ((magic != l->magic_v1 && magic != l->magic_v2) || total <= 0 || total > room)
+        return 0;
+    m->r = r;
+    m->total = total;
+    m->sys_flag = get_be(r + l->sys_flag, 4);
+    Py_ssize_t cursor = l->head_size;
+    m->born_host = r + cursor;
+    cursor += (m->sys_flag & l->born_v6_flag) ? l->host_v6 : l->host_v4;
+    m->store_ts = get_be(r + cursor, (int)l->store_ts_size);
+    cursor += l->store_ts_size;
+    m->store_host = r + cursor;
+    cursor += (m->sys_flag & l->store_v6_flag) ? l->host_v6 : l->host_v4;
+    if (cursor + l->tail_size > total)
+        return 0;
+    m->body_len = get_be(r + cursor + l->body_len, 4);
+    cursor += l->tail_size;
+    if (m->body_len < 0 || m->body_len > total - cursor)
+        return 0;
+    m->body = r + cursor;
+    cursor += m->body_len;
+    Py_ssize_t topic_len_size = magic == l->magic_v2 ? l->topic_len_v2 : l->topic_len_v1;
+    if (cursor + topic_len_size > total)
+        return 0;
+    m->topic_len = get_be(r + cursor, (int)topic_len_size);
+    cursor += topic_len_size;
+    if (m->topic_len <= 0 || m->topic_len > total - cursor - l->props_len_size)
+        return 0;
+    m->topic = r + cursor;
+    cursor += m->topic_len;
+    m->props_len = get_be(r + cursor, (int)l->props_len_size);
+    cursor += l->props_len_size;
+    if (m->props_len < 0 || cursor + m->props_len != total)
+        return 0;
+    m->props = r + cursor;
+    if (!valid_utf8(m->topic, m->topic_len) || !valid_utf8(m->props, m->props_len))
+        return 0;
+    int64_t crc = body_crc32(0, m->body, (size_t)m->body_len) & 0x7FFFFFFF;
+    return crc == get_be(r + l->crc, 4);
+}
+
+static int in_range(int64_t v, long long low, long long high)
+{
+    return low <= v && v <= high;
+}
+
+static const unsigned char hex_upper[] = "0123456789ABCDEF";
+
+/* One row of a record that passed the filters; 0 when out of memory. */
+static int put_row(ArrowColumns *c, const Layout *l, const DecodePlan *plan, const RecordParts *m,
+                   const PropertyEntry *props, int prop_count, int kind, HostText *born, HostText *store)
+{
+    const unsigned char *r = m->r;
+    int64_t fixed[FIX_COUNT] = {get_be(r + l->phys, 8), m->total, get_be(r + l->queue_id, 4),
+                                get_be(r + l->queue_offset, 8), get_be(r + l->flag, 4), m->sys_flag,
+                                get_be(r + l->born_ts, 8), m->store_ts, 0};
+    Py_ssize_t tail = m->body - r - l->tail_size;
+    fixed[FIX_RECONSUME] = get_be(r + tail + l->reconsume, 4);
+    for (int i = 0; i < FIX_COUNT; i++)
+        if (!put_fixed(&c->fixed[i], fixed[i], fixed_width[i]))
+            return 0;
+    Py_ssize_t row = c->rows;
+    int store_v6 = (m->sys_flag & l->store_v6_flag) != 0;
+    char offset_id[56];
+    Py_ssize_t id_len = 0, raw_len = store_v6 ? 20 : 8;
+    for (Py_ssize_t i = 0; i < raw_len; i++) {
+        offset_id[id_len++] = hex_upper[m->store_host[i] >> 4];
+        offset_id[id_len++] = hex_upper[m->store_host[i] & 0xF];
+    }
+    for (int i = 0; i < 8; i++) {
+        offset_id[id_len++] = hex_upper[(r + l->phys)[i] >> 4];
+        offset_id[id_len++] = hex_upper[(r + l->phys)[i] & 0xF];
+    }
+    const PropertyEntry *uniq = property_named(props, prop_count, &plan->names, NAME_UNIQ_KEY);
+    const PropertyEntry *tags = property_named(props, prop_count, &plan->names, NAME_TAGS);
+    const PropertyEntry *keys = property_named(props, prop_count, &plan->names, NAME_KEYS);
+    const PropertyEntry *origin = property_named(props, prop_count, &plan->names, NAME_ORIGIN_ID);
+    if (!origin)
+        origin = property_named(props, prop_count, &plan->names, NAME_DLQ_ORIGIN_ID);
+    if (!origin)
+        origin = uniq;
+    host_text(born, m->born_host, (m->sys_flag & l->born_v6_flag) != 0);
+    host_text(store, m->store_host, store_v6);
+    ArrowText *t = c->text;
+    int wants_body = plan->with_body || byte_set_has(&plan->body_topics, m->topic, m->topic_len);
+    if (!arrow_text_put(&t[TXT_OFFSET_ID], offset_id, id_len) ||
+        !arrow_text_put_nullable(&t[TXT_UNIQUE_KEY], row, uniq ? uniq->value : NULL, uniq ? uniq->value_len : 0,
+                                 uniq != NULL) ||
+        !arrow_text_put(&t[TXT_TOPIC], m->topic, m->topic_len) ||
+        !arrow_text_put(&t[TXT_BORN_HOST], born->text, born->text_len) ||
+        !arrow_text_put(&t[TXT_STORE_HOST], store->text, store->text_len) ||
+        !arrow_text_put_nullable(&t[TXT_TAGS], row, tags ? tags->value : NULL, tags ? tags->value_len : 0,
+                                 tags != NULL) ||
+        !arrow_text_put_nullable(&t[TXT_BODY], row, m->body, m->body_len, wants_body) ||
+        !arrow_text_put(&t[TXT_COPY_KIND], plan->kind_texts.text[kind], plan->kind_texts.len[kind]) ||
+        !(origin ? arrow_text_put(&t[TXT_ORIGINAL_ID], origin->value, origin->value_len)
+                 : arrow_text_put(&t[TXT_ORIGINAL_ID], offset_id, id_len)))
+        return 0;
+    for (Py_ssize_t i = 0; keys && i < keys->value_len;) { /* split_keys: single spaces, no empty tokens */
+        while (i < keys->value_len && keys->value[i] == ' ')
+            i++;
+        Py_ssize_t token = i;
+        while (i < keys->value_len && keys->value[i] != ' ')
+            i++;
+        if (i > token && !arrow_text_put(&t[TXT_KEY_ITEMS], keys->value + token, i - token))
+            return 0;
+    }
+    for (int i = 0; i < prop_count; i++)
+        if (!arrow_text_put(&t[TXT_PROP_NAMES], props[i].name, props[i].name_len) ||
+            !arrow_text_put(&t[TXT_PROP_VALUES], props[i].value, props[i].value_len))
+            return 0;
+    if (!put_list_end(&c->key_lists, t[TXT_KEY_ITEMS].offsets.len / 4 - 1) ||
+        !put_list_end(&c->property_maps, t[TXT_PROP_NAMES].offsets.len / 4 - 1))
+        return 0;
+    c->rows++;
+    return 1;
+}
+
+/* Whether a row of `total` record bytes may still go into every text column without its int32
+ * offsets overflowing (a row adds at most the record's bytes plus formatted ids and hosts). */
+static int columns_have_room(const ArrowColumns *c, int64_t total)
+{
+    for (int i = 0; i < TXT_COUNT; i++)
+        if (c->text[i].data.len + total + 256 > INT32_MAX)
+            return 0;
+    return 1;
+}
+
+PyDoc_STRVAR(decode_columns_doc,
+"decode_columns(buf, pos, stop, layout, base, max_rows, max_records, plan)\n"
+"    -> (status, pos, records, rows, fixed, texts, key_lists, property_maps)\n\n"
+"Decode the records of a segment buffer (based at commit log offset `base`) that start in\n"
+"[pos, stop) into Arrow column buffers, keeping the rows that pass the plan's filters (see\n"
+"pipeline/columnar.py). `records` counts the records read, `rows` the rows kept; `fixed` holds one\n"
+"native-order buffer per fixed-width column, `texts` (offsets, data, validity or None, nulls) per\n"
+"text column, and the lists' and maps' int32 offsets follow. status: 0 reached stop or the end of\n"
+"the buffer, 1 a BLANK or zeros at pos, 2 the record at pos needs the Python walk, 3 max_rows kept\n"
+"or max_records read.");
+
+static PyObject *decode_columns(PyObject *self, PyObject *args)
+{
+    Py_buffer buf = {0};
+    PyObject *layout_obj, *plan_obj, *result = NULL;
+    Py_ssize_t pos, stop, max_rows, max_records;
+    long long base;
+    Layout l;
+    DecodePlan plan;
+    ArrowColumns cols;
+    memset(&cols, 0, sizeof(cols));
+    memset(&plan, 0, sizeof(plan));
+    int owns_kept = 0;
+
+    if (!PyArg_ParseTuple(args, "y*nnOLnnO", &buf, &pos, &stop, &layout_obj, &base, &max_rows, &max_records,
+                          &plan_obj))
+        return NULL;
+    if (!parse_layout(layout_obj, &l) || !decode_plan_of(plan_obj, &plan))
+        goto done;
+    if (pos < 0 || max_rows <= 0 || max_records <= 0) {
+        PyErr_SetString(PyExc_ValueError, "pos, max_rows and max_records must be positive");
+        goto done;
+    }
+    if (stop > buf.len)
+        stop = buf.len;
+    owns_kept = take_columns(&cols);
+    int ok = 1;
+    for (int i = 0; i < TXT_COUNT && ok; i++)
+        ok = arrow_text_init(&cols.text[i]);
+    ok = ok && put_list_end(&cols.key_lists, 0) && put_list_end(&cols.property_maps, 0);
+    PropertyEntry *entries = PyMem_Malloc(MAX_DECODED_PROPERTIES * sizeof(PropertyEntry));
+    if (!ok || !entries) {
+        PyMem_Free(entries);
+        PyErr_NoMemory();
+        goto done;
+    }
+    const unsigned char *data = (const unsigned char *)buf.buf;
+    Py_ssize_t records = 0;
+    int status = SCAN_END;
+    HostText born = {{0}, 0, 0, {0}}, store = {{0}, 0, 0, {0}};
+    const unsigned char *last_topic = NULL;
+    int64_t last_topic_len = 0;
+    int last_topic_wanted = 0;
+
+    Py_BEGIN_ALLOW_THREADS
+    while (pos < stop && pos + 8 <= buf.len) {
+        if (cols.rows >= max_rows || records >= max_records) {
+            status = SCAN_FULL;
+            break;
+        }
+        const unsigned char *r = data + pos;
+        if (get_be(r + l.magic, 4) == l.magic_blank || get_be(r + l.total, 4) == 0) {
+            status = SCAN_BLANK;
+            break;
+        }
+        RecordParts m;
+        int prop_count = 0;
+        if (!record_parts(&l, r, buf.len - pos, &m) || get_be(r + l.phys, 8) != base + pos ||
+            !decode_properties(m.props, m.props_len, entries, &prop_count)) {
+            status = SCAN_SLOW;
+            break;
+        }
+        int wants_body = plan.with_body || byte_set_has(&plan.body_topics, m.topic, m.topic_len);
+        if ((wants_body && (m.sys_flag & plan.compressed_flag)) || !columns_have_room(&cols, m.total)) {
+            /* a body to decompress, or a batch too full for this row: Python, or the next batch */
+            status = cols.rows ? SCAN_FULL : SCAN_SLOW;
+            break;
+        }
+        records++;
+        pos += m.total;
+        if (!last_topic || last_topic_len != m.topic_len || memcmp(last_topic, m.topic, m.topic_len) != 0) {
+            last_topic = m.topic;
+            last_topic_len = m.topic_len;
+            last_topic_wanted = byte_set_has(&plan.topics, m.topic, m.topic_len);
+        }
+        if (!last_topic_wanted || !in_range(m.store_ts, plan.ts_low, plan.ts_high) ||
+            !in_range(get_be(r + l.phys, 8), plan.phys_low, plan.phys_high) ||
+            !in_range(get_be(r + l.queue_id, 4), plan.queue_low, plan.queue_high))
+            continue;
+        int resent = property_named(entries, prop_count, &plan.names, NAME_RESENT_FROM) != NULL;
+        int kind = copy_kind_of(m.topic, m.topic_len, resent, &plan.kind_topics);
+        if (!(plan.kind_mask & (1ul << kind)))
+            continue;
+        if (!plan.tags.any) {
+            const PropertyEntry *tags = property_named(entries, prop_count, &plan.names, NAME_TAGS);
+            if (!tags || !byte_set_has(&plan.tags, tags->value, tags->value_len))
+                continue;
+        }
+        if (!put_row(&cols, &l, &plan, &m, entries, prop_count, kind, &born, &store)) {
+            ok = 0;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(entries);
+    if (!ok) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject *fixed = PyTuple_New(FIX_COUNT), *texts = PyTuple_New(TXT_COUNT);
+    if (!fixed || !texts) {
+        Py_XDECREF(fixed);
+        Py_XDECREF(texts);
+        goto done;
+    }
+    for (int i = 0; i < FIX_COUNT && ok; i++) {
+        PyObject *b = growable_bytes(&cols.fixed[i]);
+        ok = b != NULL;
+        if (ok)
+            PyTuple_SET_ITEM(fixed, i, b);
+    }
+    for (int i = 0; i < TXT_COUNT && ok; i++) {
+        PyObject *t = arrow_text_tuple(&cols.text[i], nullable_text(i));
+        ok = t != NULL;
+        if (ok)
+            PyTuple_SET_ITEM(texts, i, t);
+    }
+    if (!ok) {
+        Py_DECREF(fixed);
+        Py_DECREF(texts);
+        goto done;
+    }
+    result = Py_BuildValue("(innnNNNN)", status, pos, records, cols.rows, fixed, texts, growable_bytes(&cols.key_lists),
+                           growable_bytes(&cols.property_maps));
+done:
+    decode_plan_free(&plan);
+    if (owns_kept)
+        give_back_columns(&cols);
+    else
+        arrow_columns_free(&cols);
+    PyBuffer_Release(&buf);
+    return result;
 }
 
 static PyMethodDef methods[] = {
@@ -1752,6 +2460,7 @@ static PyMethodDef methods[] = {
     {"dedupe_screen", dedupe_screen, METH_VARARGS, dedupe_screen_doc},
     {"crc32", crc32_of, METH_VARARGS, crc32_doc},
     {"recover_walk", recover_walk, METH_VARARGS, recover_walk_doc},
+    {"decode_columns", decode_columns, METH_VARARGS, decode_columns_doc},
     {NULL, NULL, 0, NULL},
 };
 
