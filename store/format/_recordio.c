@@ -1607,66 +1607,6 @@ enum { WALK_END = 0, WALK_BLANK = 1, WALK_ZEROS = 2, WALK_BAD = 3 };
 
 /* Whether `n` bytes are well-formed UTF-8 (what a strict decoder accepts: no overlong forms,
  * no surrogates, nothing past U+10FFFF, no cut sequence). */
-/* ---- columnar decode (pipeline data source) ---- */
-
-/* Records of a segment range straight into Arrow column buffers for the pipeline's row schema
- * (pipeline/records.py ARROW_SCHEMA), with the pushed filters applied: pipeline/columnar.py
- * passes the property and topic names, the copy kind texts and the filters, and wraps the
- * buffers into arrays. Every record is validated as codec.decode(check_crc=True) does; one it
- * cannot take exactly is left to the Python walk (status SCAN_SLOW). */
-
-typedef struct {
-    Growable offsets, data, valid; /* int32 offsets, bytes, validity bitmap (nullable columns) */
-    Py_ssize_t nulls;
-} ArrowText;
-
-static int arrow_text_init(ArrowText *c)
-{
-    int32_t zero = 0;
-    return grow_append_raw(&c->offsets, &zero, sizeof(zero));
-}
-
-static int arrow_text_end_value(ArrowText *c)
-{
-    int32_t end = (int32_t)c->data.len;
-    return grow_append_raw(&c->offsets, &end, sizeof(end));
-}
-
-static int arrow_text_put(ArrowText *c, const void *s, Py_ssize_t n)
-{
-    return grow_append_raw(&c->data, s, n) && arrow_text_end_value(c);
-}
-
-/* Validity bit `row` of a nullable column, set when `present`. */
-static int arrow_valid_put(ArrowText *c, Py_ssize_t row, int present)
-{
-    if (row % 8 == 0) {
-        unsigned char zero = 0;
-        if (!grow_append_raw(&c->valid, &zero, 1))
-            return 0;
-    }
-    if (present)
-        c->valid.data[row / 8] |= (unsigned char)(1u << (row % 8));
-    else
-        c->nulls++;
-    return 1;
-}
-
-static int arrow_text_put_nullable(ArrowText *c, Py_ssize_t row, const void *s, Py_ssize_t n, int present)
-{
-    if (!arrow_valid_put(c, row, present))
-        return 0;
-    return present ? arrow_text_put(c, s, n) : arrow_text_end_value(c);
-}
-
-static void arrow_text_free(ArrowText *c)
-{
-    PyMem_RawFree(c->offsets.data);
-    PyMem_RawFree(c->data.data);
-    PyMem_RawFree(c->valid.data);
-}
-
-/* Strict UTF-8, as Python's decoder takes it (no overlongs, surrogates or code points past U+10FFFF). */
 static int valid_utf8(const unsigned char *s, Py_ssize_t n)
 {
     Py_ssize_t i = 0;
@@ -1697,28 +1637,6 @@ static int valid_utf8(const unsigned char *s, Py_ssize_t n)
         if (more > n - i - 1 || s[i + 1] < lo || s[i + 1] > hi)
             return 0;
         for (Py_ssize_t k = 2; k <= more; k++)
-        int more;
-        unsigned char low = 0x80, high = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) {
-            more = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            more = 2;
-            if (c == 0xE0)
-                low = 0xA0;
-            else if (c == 0xED)
-                high = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            more = 3;
-            if (c == 0xF0)
-                low = 0x90;
-            else if (c == 0xF4)
-                high = 0x8F;
-        } else {
-            return 0;
-        }
-        if (n - i - 1 < more || s[i + 1] < low || s[i + 1] > high)
-            return 0;
-        for (int k = 2; k <= more; k++)
             if ((s[i + k] & 0xC0) != 0x80)
                 return 0;
         i += more + 1;
@@ -1817,6 +1735,67 @@ static PyObject *recover_walk(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     return Py_BuildValue("in", status, pos);
+}
+
+/* ---- columnar decode (pipeline data source) ---- */
+
+/* Records of a segment range straight into Arrow column buffers for the pipeline's row schema
+ * (pipeline/records.py ARROW_SCHEMA), with the pushed filters applied: pipeline/columnar.py
+ * passes the property and topic names, the copy kind texts and the filters, and wraps the
+ * buffers into arrays. Every record is validated as codec.decode(check_crc=True) does; one it
+ * cannot take exactly is left to the Python walk (status SCAN_SLOW). */
+
+typedef struct {
+    Growable offsets, data, valid; /* int32 offsets, bytes, validity bitmap (nullable columns) */
+    Py_ssize_t nulls;
+} ArrowText;
+
+static int arrow_text_init(ArrowText *c)
+{
+    int32_t zero = 0;
+    return grow_append_raw(&c->offsets, &zero, sizeof(zero));
+}
+
+static int arrow_text_end_value(ArrowText *c)
+{
+    int32_t end = (int32_t)c->data.len;
+    return grow_append_raw(&c->offsets, &end, sizeof(end));
+}
+
+static int arrow_text_put(ArrowText *c, const void *s, Py_ssize_t n)
+{
+    return grow_append_raw(&c->data, s, n) && arrow_text_end_value(c);
+}
+
+/* Validity bit `row` of a nullable column, set when `present`. */
+static int arrow_valid_put(ArrowText *c, Py_ssize_t row, int present)
+{
+    if (row % 8 == 0) {
+        unsigned char zero = 0;
+        if (!grow_append_raw(&c->valid, &zero, 1))
+            return 0;
+    }
+    if (present)
+        c->valid.data[row / 8] |= (unsigned char)(1u << (row % 8));
+    else
+        c->nulls++;
+    return 1;
+}
+
+static int arrow_text_put_nullable(ArrowText *c, Py_ssize_t row, const void *s, Py_ssize_t n, int present)
+{
+    if (!arrow_valid_put(c, row, present))
+        return 0;
+    return present ? arrow_text_put(c, s, n) : arrow_text_end_value(c);
+}
+
+static void arrow_text_free(ArrowText *c)
+{
+    PyMem_RawFree(c->offsets.data);
+    PyMem_RawFree(c->data.data);
+    PyMem_RawFree(c->valid.data);
+}
+
 /* A set of byte strings from a tuple of bytes (borrowed), or every value when `any`. */
 typedef struct {
     int any;
