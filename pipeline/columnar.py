@@ -25,11 +25,12 @@ RECORDS_PER_CALL = 4 * BATCH_ROWS  # records read per compiled call when filters
 _PROPERTY_NAMES = (topics.TAGS, topics.KEYS, topics.UNIQ_KEY, topics.ORIGIN_MESSAGE_ID, topics.DLQ_ORIGIN_MESSAGE_ID,
                    topics.RESENT_FROM)
 _KIND_TOPICS = (topics.SCHEDULE_TOPIC, topics.TIMER_TOPIC, topics.RETRY_PREFIX, topics.DLQ_PREFIX,
-                topics.TRACE_TOPIC)
+                topics.TRACE_TOPIC, *topics.TRANSACTION_HALF_TOPICS, topics.TRANS_OP_HALF_TOPIC)
 # Each copy kind's text, from the rule itself: a topic of each kind, and a resent copy.
 _KINDS = (*(topics.copy_kind(t) for t in ("", topics.SCHEDULE_TOPIC, topics.RETRY_PREFIX, topics.DLQ_PREFIX,
                                           topics.TRACE_TOPIC)),
-          topics.message_copy_kind("", {topics.RESENT_FROM: "-"}))
+          topics.message_copy_kind("", {topics.RESENT_FROM: "-"}),
+          *(topics.message_copy_kind(t, {}) for t in (topics.TRANS_HALF_TOPIC, topics.TRANS_OP_HALF_TOPIC)))
 _FIXED = ("phys_offset", "size", "queue_id", "queue_offset", "flag", "sys_flag", "born_timestamp",
           "store_timestamp", "reconsume_times")
 _TEXTS = ("offset_msg_id", "unique_key", "topic", "born_host", "store_host", "tags", "keys", "property_names",

@@ -1863,8 +1863,9 @@ static int bytes_start(const unsigned char *s, Py_ssize_t n, const ByteSet *name
 /* The plan's tables, in the order pipeline/columnar.py builds them. */
 enum { NAME_TAGS, NAME_KEYS, NAME_UNIQ_KEY, NAME_ORIGIN_ID, NAME_DLQ_ORIGIN_ID, NAME_RESENT_FROM, NAME_COUNT };
 enum { KIND_TOPIC_SCHEDULE, KIND_TOPIC_TIMER, KIND_PREFIX_RETRY, KIND_PREFIX_DLQ, KIND_TOPIC_TRACE,
-       KIND_TOPIC_COUNT };
-enum { KIND_ORIGINAL, KIND_SCHEDULED, KIND_RETRY, KIND_DEAD_LETTER, KIND_TRACE, KIND_RESENT, KIND_COUNT };
+       KIND_TOPIC_HALF, KIND_TOPIC_CHECK_MAX_TIME, KIND_TOPIC_OP_HALF, KIND_TOPIC_COUNT };
+enum { KIND_ORIGINAL, KIND_SCHEDULED, KIND_RETRY, KIND_DEAD_LETTER, KIND_TRACE, KIND_RESENT, KIND_HALF, KIND_OP,
+       KIND_COUNT };
 
 typedef struct {
     ByteSet names, kind_topics, kind_texts, body_topics, topics, tags;
@@ -1959,6 +1960,10 @@ static int copy_kind_of(const unsigned char *topic, Py_ssize_t n, int resent_mar
     int dead_letter = bytes_start(topic, n, t, KIND_PREFIX_DLQ);
     if (resent_mark && !dead_letter)
         return KIND_RESENT;
+    if (bytes_equal(topic, n, t, KIND_TOPIC_HALF) || bytes_equal(topic, n, t, KIND_TOPIC_CHECK_MAX_TIME))
+        return KIND_HALF;
+    if (bytes_equal(topic, n, t, KIND_TOPIC_OP_HALF))
+        return KIND_OP;
     if (bytes_equal(topic, n, t, KIND_TOPIC_SCHEDULE) || bytes_equal(topic, n, t, KIND_TOPIC_TIMER))
         return KIND_SCHEDULED;
     if (bytes_start(topic, n, t, KIND_PREFIX_RETRY))
