@@ -73,11 +73,22 @@ def choose_delay_table(store_dir: Path, cq_file_size: int, given: str | None) ->
 
 
 def _schedule_queues(paths: StorePaths, cq_file_size: int) -> list[ConsumeQueue]:
+    """The store's SCHEDULE_TOPIC_XXXX queues that can be read: their files are of the given
+    size, or of the size they all have (a job may be run without the store's geometry)."""
     root = paths.consumequeue / topics.SCHEDULE_TOPIC
     if not root.is_dir():
         return []
-    return [ConsumeQueue(topics.SCHEDULE_TOPIC, int(name), root / name, cq_file_size, writable=False, private=True)
-            for name in sorted(os.listdir(root)) if name.isdigit()]
+    queues = []
+    for name in sorted(os.listdir(root)):
+        files = sorted((root / name).iterdir()) if name.isdigit() and (root / name).is_dir() else []
+        sizes = {f.stat().st_size for f in files}
+        size = cq_file_size if cq_file_size in sizes or len(sizes) != 1 else sizes.pop()
+        try:
+            queues.append(ConsumeQueue(topics.SCHEDULE_TOPIC, int(name), root / name, size, writable=False,
+                                       private=True))
+        except (StoreError, ValueError):
+            continue
+    return queues
 
 
 class _closing:

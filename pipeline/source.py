@@ -5,8 +5,8 @@ tasks, each starting at a verified record boundary. Each task opens its own file
 Arrow batches built by the store's decoder. Read-only: works on an mqlens store and on a
 RocketMQ store directory, live or not (the newest segment is read up to its last complete
 record). Each task decodes its range in the store's compiled code straight into Arrow buffers
-(pipeline.columnar). Filters on topic, store time, physical offset, queue id, copy kind and tags
-are pushed into that scan: a record they reject is never built into a row. Spark's Python data
+(pipeline.columnar). With the `pushdown` option, filters on topic, store time, physical offset, queue id, copy kind
+and tags are pushed into that scan: a record they reject is never built into a row. Spark's Python data
 sources offer no column pruning (every batch carries the whole schema), so `body` is the one way
 to leave bytes undecoded.
 
@@ -14,7 +14,9 @@ Options: `body` (true/false, default false), `body_topics` (topics whose bodies 
 without `body`), `skip_corrupt` (true/false: skip and report corrupt ranges instead of failing),
 `split_bytes` (default 128 MiB), `progress_dir` (a folder where each task reports records read,
 skipped ranges and a torn tail; see pipeline.progress), `decoder` (compiled, the default, or
-python: the reference decoder, one Python object per record)."""
+python: the reference decoder, one Python object per record), `pushdown` (true/false, default
+false: take Spark's filters into the scan; only for a load that one query filters one way, as
+Spark 4.3 applies the filters pushed last to every scan of the same load)."""
 
 from __future__ import annotations
 
@@ -78,9 +80,15 @@ class CommitLogReader(DataSourceReader):
         self.decoder = str(options.get("decoder", "compiled")).strip().lower()
         if self.decoder not in DECODERS:
             raise ValueError(f"option decoder is one of {', '.join(DECODERS)}, not {self.decoder!r}")
+        self.pushdown = _flag(options, "pushdown")
         self.filter = ScanFilter()
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 (Spark's name)
+        # Spark 4.3 keeps one pushdown result per loaded relation: two differently filtered
+        # scans of the same load in one query (a union, a self-join) would both read with the
+        # filters pushed last. So filters are taken only when the caller asks for it.
+        if not self.pushdown:
+            return list(filters)
         return self.filter.take(list(filters))
 
     def partitions(self) -> list[InputPartition]:

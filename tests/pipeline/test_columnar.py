@@ -269,7 +269,7 @@ def test_bounds_beyond_int64_select_nothing_or_everything():
 
 
 def test_the_reader_takes_queue_id_copy_kind_and_tags_filters_and_leaves_the_rest():
-    reader = CommitLogReader({"path": "/nowhere"})
+    reader = CommitLogReader({"path": "/nowhere", "pushdown": "true"})
     kept = [EqualTo(("topic",), 1), In(("tags",), ("a", None)), LessThanOrEqual(("queue_id",), 1.5)]
     taken = [EqualTo(("copy_kind",), "retry"), In(("tags",), ("a", "b")), GreaterThan(("queue_id",), 1),
              LessThanOrEqual(("queue_id",), 3), In(("copy_kind",), ("retry", "original"))]
@@ -305,5 +305,5 @@ def test_spark_reads_the_same_with_either_decoder(spark, retry_store):
 ])
 def test_pushed_filters_are_exact_on_every_pushed_column(spark, retry_store, condition):
     everything = spark.read.format("rocketmq_commitlog").load(str(retry_store)).cache()
-    pushed = spark.read.format("rocketmq_commitlog").load(str(retry_store)).filter(condition)
+    pushed = spark.read.format("rocketmq_commitlog").option("pushdown", "true").load(str(retry_store)).filter(condition)
     assertDataFrameEqual(pushed, everything.filter(condition))
