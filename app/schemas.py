@@ -1076,7 +1076,7 @@ class ContentSearchOut(BaseModel):
                                           "the search started.")
     records: int = Field(description="Records walked so far.")
     reached_ms: int | None = Field(description="Store time of the next record to walk.")
-    progress: float = Field(description="scanned_bytes / window_bytes; 1 once the search no longer runs.")
+    progress: float = Field(description="scanned_bytes / window_bytes; 1 once the search has finished.")
     mb_per_s: float = Field(description="Megabytes (10^6) of records walked per second.")
     hits: list[ContentHitOut] = Field(description="The messages found, in commit log order.")
     problems: list[str] = Field(description="What was skipped and why (a corrupt record, a deleted segment), or "

@@ -84,7 +84,7 @@ class SearchView:
 
     @property
     def progress(self) -> float:
-        if not self.active:
+        if self.state == FINISHED:
             return 1.0
         return min(1.0, self.scanned_bytes / self.window_bytes) if self.window_bytes else 0.0
 

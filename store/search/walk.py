@@ -121,6 +121,7 @@ def walk(segments: list[Segment], file_size: int, log_end: int, query: ContentQu
     window = sum(min(file_size, log_end - s.base) for s in chosen)
     topics = tuple(t.encode("utf-8") for t in query.topics)
     scanned = records = hits = 0
+    yield Progress(0, window, 0, None)
     for segment in chosen:
         buf = _open(segment.path)
         if buf is None:
