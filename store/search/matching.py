@@ -42,6 +42,13 @@ class Match:
     match_len: int
 
 
+def _text(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("utf-8", errors="replace")
+
+
 def _snippet(text: str, start: int, length: int) -> tuple[str, int]:
     first = max(0, start - SNIPPET_CHARS)
     return text[first : start + length + SNIPPET_CHARS], start - first
@@ -69,13 +76,13 @@ class Matcher:
                     body = zlib.decompress(body)
                 except zlib.error:
                     body = b""
-            text = body.decode("utf-8", errors="replace")
+            text = _text(body)
             found = self._find(text)
             if found is not None:
                 snippet, at = _snippet(text, *found)
                 return Match("body", None, snippet, at, found[1])
         if kind in (KIND_CANDIDATE, KIND_PROPERTY) and self.query.in_properties:
-            props = bytes(record[props_at : props_at + props_len]).decode("utf-8", errors="replace")
+            props = _text(bytes(record[props_at : props_at + props_len]))
             for name, value in parse_properties(props).items():
                 found = self._find(value)
                 if found is not None:

@@ -52,7 +52,7 @@ def scan_compiled(buf, pos: int, limit: int, end: int, begin_ms: int, end_ms: in
     status, pos, records, packed = content_scan(buf, pos, limit, end, record_layout(), begin_ms, end_ms, topics,
                                                 needle, where, max_hits)
     hits = np.frombuffer(packed, dtype=CONTENT_HIT)
-    return status, pos, records, [tuple(int(v) for v in row)[:8] for row in hits.tolist()]
+    return status, pos, records, [row[:8] for row in hits.tolist()]
 
 
 def property_value_find(props: bytes, needle: bytes) -> int:

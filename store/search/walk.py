@@ -136,22 +136,25 @@ def walk(segments: list[Segment], file_size: int, log_end: int, query: ContentQu
                                   f"or the topics")
                     return
                 limit = min(end, pos + chunk_bytes, pos + max_bytes - scanned)
+                # Candidates may not match: the scan reports every one of the chunk, the hits are counted here.
                 status, new_pos, walked, found = scan_compiled(buf, pos, limit, end, query.begin_ms, query.end_ms,
-                                                               topics, query.needle, query.where, max_hits - hits)
+                                                               topics, query.needle, query.where, chunk_bytes)
                 for hit in found:
                     record = buf[hit[0] : hit[0] + hit[5] + hit[6]]
                     match = matcher.match(record, hit)
                     if match is not None:
                         hits += 1
                         yield Found(codec.decode(record, 0, path=str(segment.path), check_crc=False), match)
+                        if hits >= max_hits:
+                            yield Progress(scanned + new_pos - pos, window, records + walked,
+                                           _store_time_at(buf, new_pos, end))
+                            return
                 records += walked
                 scanned += new_pos - pos
                 pos = new_pos
                 if status in (SCAN_BLANK, SCAN_SLOW):
                     scanned += end - pos
                 yield Progress(scanned, window, records, _store_time_at(buf, pos, end))
-                if hits >= max_hits:
-                    return
                 if status == SCAN_SLOW:
                     yield Problem(_why_unreadable(buf, pos, segment))
                 if status in (SCAN_BLANK, SCAN_SLOW):

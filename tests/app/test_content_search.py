@@ -232,3 +232,30 @@ def test_the_service_searches_only_up_to_the_log_end_it_started_with(tmp_path: P
         done = searches.wait(view.id, timeout_s=30)
     assert done is not None and [h["snippet"] for h in done.hits] == ["before the start"]
     searches.close()
+
+
+def test_a_segment_deleted_under_the_walk_is_reported_and_the_rest_searched(tmp_path: Path):
+    clock = FakeClock()
+    with MessageStore.open(tmp_path / "store", small_config(), read_only=False, clock=clock) as store:
+        for i in range(300):
+            store.put(NewMessage(topic="T", body=f"message {i} ".encode() * 100))
+        segments = [Segment(base, path) for base, path in store.commitlog.segments()]
+        file_size, log_end = store.commitlog.file_size, store.commitlog.end
+    segments[0].path.unlink()
+    events = list(walk(segments, file_size, log_end, ContentQuery("message 299 "), max_hits=5, max_bytes=1 << 40))
+    assert [e.text for e in events if isinstance(e, Problem)] == [
+        f"segment {segments[0].path.name} was deleted by retention before the search reached it"]
+    assert [e.message.body[:12] for e in events if isinstance(e, Found)] == [b"message 299 "]
+    last = events[-1]
+    assert isinstance(last, Progress) and last.scanned_bytes == log_end - segments[1].base
+
+
+def test_max_hits_ends_the_walk_at_the_last_hit(tmp_path: Path):
+    with MessageStore.open(tmp_path / "store", small_config(), read_only=False, clock=FakeClock()) as store:
+        store.put_many([NewMessage(topic="T", body=b"same words") for _ in range(50)])
+        segments = [Segment(base, path) for base, path in store.commitlog.segments()]
+        file_size, log_end = store.commitlog.file_size, store.commitlog.end
+    events = list(walk(segments, file_size, log_end, ContentQuery("words"), max_hits=3, max_bytes=1 << 40))
+    assert sum(isinstance(e, Found) for e in events) == 3 and isinstance(events[-1], Progress)
+    regex = list(walk(segments, file_size, log_end, ContentQuery(r"w\w+s", regex=True), max_hits=7, max_bytes=1 << 40))
+    assert sum(isinstance(e, Found) for e in regex) == 7
