@@ -8,15 +8,15 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse
 
-from app.deps import StoreDep
+from app.deps import ClockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
 from app.pages.params import optional_int, optional_time_ms
 from app.presenters import content_search_dict
 from app.render import is_htmx
-from app.routes.content_search import SearchId, owner_of, searches
+from app.routes.content_search import SearchId, searches
 from app.security import Reader
 from app.services import content_search
-from app.services.content_search import LogSnapshot, SearchRequest
+from app.services.content_search import LogSnapshot, SearchRequest, owner_of, start_audited
 
 router = APIRouter(include_in_schema=False)
 
@@ -34,7 +34,7 @@ def form_page(request: Request, store: StoreDep, reader: Reader, renderer: Rende
 
 
 @router.post("/content-search")
-def start_search(request: Request, store: StoreDep, reader: Reader,
+def start_search(request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep, reader: Reader,
                  text: Annotated[str, Form(min_length=1, max_length=content_search.MAX_TEXT)],
                  regex: Annotated[bool, Form()] = False,
                  where: Annotated[str, Form(pattern="^(both|body|properties)$")] = "both",
@@ -47,7 +47,7 @@ def start_search(request: Request, store: StoreDep, reader: Reader,
         optional_int(max_hits, "Hits at most", low=1, high=content_search.MAX_HITS) or content_search.DEFAULT_HITS,
         optional_int(max_seconds, "Seconds at most", low=1, high=content_search.MAX_SECONDS)
         or content_search.DEFAULT_SECONDS)
-    view = searches(request).start(LogSnapshot.of(store.commitlog), search_request, owner_of(reader))
+    view = start_audited(searches(request), sessions, clock, LogSnapshot.of(store.commitlog), search_request, reader)
     return RedirectResponse(f"/content-search/{view.id}", status_code=303)
 
 

@@ -7,13 +7,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 
-from app.deps import StoreDep
+from app.deps import ClockDep, SessionsDep, StoreDep
 from app.presenters import content_search_dict
-from app.roles import Principal
 from app.routes import error_responses
 from app.schemas import ContentSearchCreate, ContentSearchResponse
 from app.security import Masking, Reader
-from app.services.content_search import ContentSearches, LogSnapshot, SearchRequest
+from app.services.content_search import ContentSearches, LogSnapshot, SearchRequest, owner_of, start_audited
 
 router = APIRouter(tags=["content search"])
 
@@ -24,10 +23,6 @@ def searches(request: Request) -> ContentSearches:
     return request.app.state.content_searches
 
 
-def owner_of(principal: Principal) -> str:
-    return f"{principal.kind}:{principal.name}"
-
-
 def request_of(body: ContentSearchCreate) -> SearchRequest:
     return SearchRequest(body.text, body.regex, body.in_body, body.in_properties, tuple(body.topics), body.begin,
                          body.end, body.max_hits, body.max_seconds)
@@ -35,13 +30,15 @@ def request_of(body: ContentSearchCreate) -> SearchRequest:
 
 @router.post("/api/content-searches", response_model=ContentSearchResponse, status_code=202,
              responses=error_responses(400, 409, 422))
-def start(body: ContentSearchCreate, request: Request, store: StoreDep, reader: Reader,
-          mask: Masking) -> dict:
+def start(body: ContentSearchCreate, request: Request, store: StoreDep, sessions: SessionsDep, clock: ClockDep,
+          reader: Reader, mask: Masking) -> dict:
     """Start a search of the commit log for messages whose body or a property value holds `text`
     (or matches it as a regular expression), stored within [begin, end] in `topics`. It runs in a
     process of its own; follow it with GET. At most two run at once (409). A viewer may search:
-    the body snippets of the hits come back masked. 409 on a live cluster."""
-    view = searches(request).start(LogSnapshot.of(store.commitlog), request_of(body), owner_of(reader))
+    the body snippets of the hits come back masked. Each search is an audit row (search_contents).
+    409 on a live cluster."""
+    view = start_audited(searches(request), sessions, clock, LogSnapshot.of(store.commitlog), request_of(body),
+                         reader)
     return mask({"ok": True, "search": content_search_dict(view)})
 
 

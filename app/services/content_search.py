@@ -22,11 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.roles import Principal
+from app.services import audit
 from app.services.errors import ConflictError, InvalidRequestError, NotFoundError
 from store.clock import Clock
 from store.search.matching import ContentQuery
 from store.search.scan import MAX_TOPICS
 
+SEARCH_CONTENTS = "search_contents"  # the audit action: a search reads bodies, whoever may see them
 RUNNING, FINISHED, CANCELLED, TIMED_OUT, FAILED = "running", "finished", "cancelled", "timed out", "failed"
 MAX_TEXT = 200  # characters of a text or a regular expression
 MAX_SEARCH_TOPICS = 20
@@ -134,6 +139,22 @@ class LogSnapshot:
     def of(cls, commitlog) -> LogSnapshot:
         end = commitlog.end  # first: every segment listed after it holds the bytes up to it
         return cls([(base, str(path)) for base, path in commitlog.segments()], commitlog.file_size, end)
+
+
+def owner_of(principal: Principal) -> str:
+    return f"{principal.kind}:{principal.name}"
+
+
+def start_audited(searches: ContentSearches, sessions: sessionmaker[Session], clock: Clock, snapshot: LogSnapshot,
+                  request: SearchRequest, actor: Principal) -> SearchView:
+    """Start a search for `actor` and write its audit row: what was looked for, where and when."""
+    view = searches.start(snapshot, request, owner_of(actor))
+    with sessions.begin() as s:
+        audit.record(s, clock, actor=actor, action=SEARCH_CONTENTS, target=f"content-search:{view.id}",
+                     detail={"text": view.text, "regex": view.regex, "in_body": view.in_body,
+                             "in_properties": view.in_properties, "topics": view.topics, "begin_ms": view.begin_ms,
+                             "end_ms": view.end_ms})
+    return view
 
 
 class _Job:

@@ -15,7 +15,16 @@ from store.clock import FakeClock
 from store.message_store import MessageStore, NewMessage
 from store.search.matching import ContentQuery
 from store.search.walk import Found, Problem, Progress, Segment, walk
-from tests.app.conftest import ADMIN_TOKEN, TEST_HOST, Running, assert_error, bearer, make_settings, put_messages
+from tests.app.conftest import (
+    ADMIN_TOKEN,
+    TEST_HOST,
+    Running,
+    assert_error,
+    audit_rows,
+    bearer,
+    make_settings,
+    put_messages,
+)
 from tests.store.helpers import small_config
 
 pytestmark = pytest.mark.anyio
@@ -58,6 +67,8 @@ async def test_finds_a_message_by_a_word_of_its_body(api):
     assert hit["snippet"] == "order 99 lost in the warehouse" and hit["snippet_at"] == 21 and hit["match_len"] == 9
     assert hit["snippet_masked"] is False
     assert found["records"] >= 21 and found["scanned_bytes"] > 0 and found["progress"] == 1
+    [entry] = audit_rows(api.sessions, action="search_contents")
+    assert entry.target == f"content-search:{found['id']}" and '"warehouse"' in entry.detail
 
 
 async def test_property_values_topics_and_the_window(api, clock: FakeClock):
