@@ -3,6 +3,7 @@ value, within a window and topics; bounded, cancellable, owner-only, bodies mask
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -24,7 +25,9 @@ from tests.app.conftest import (
     bearer,
     make_settings,
     put_messages,
+    running,
 )
+from tests.conftest import GOLDEN_GEOMETRY
 from tests.store.helpers import small_config
 
 pytestmark = pytest.mark.anyio
@@ -270,3 +273,14 @@ def test_max_hits_ends_the_walk_at_the_last_hit(tmp_path: Path):
     assert sum(isinstance(e, Found) for e in events) == 3 and isinstance(events[-1], Progress)
     regex = list(walk(segments, file_size, log_end, ContentQuery(r"w\w+s", regex=True), max_hits=7, max_bytes=1 << 40))
     assert sum(isinstance(e, Found) for e in regex) == 7
+
+
+async def test_a_read_only_console_searches_a_store_rocketmq_wrote(tmp_path: Path, golden_store_dir, clock):
+    settings = make_settings(tmp_path / "data", store_dir=golden_store_dir, read_only=True,
+                             **dataclasses.asdict(GOLDEN_GEOMETRY))
+    async with running(settings, clock) as api:
+        found = await search(api, text="order-1001", in_body=False)
+        assert found["state"] == "finished" and found["problems"] == []
+        ids = [h["offset_msg_id"] for h in found["hits"]]
+        assert "0A6C73D900002A9F00000000000000CE" in ids
+        assert all(h["where"] == "property" and "order-1001" in h["snippet"] for h in found["hits"])
