@@ -10,7 +10,7 @@ from fastapi.responses import RedirectResponse
 
 from app.deps import ClockDep, SessionsDep, StoreDep
 from app.pages import RendererDep
-from app.pages.params import optional_int, optional_time_ms
+from app.pages.params import as_form_time, optional_int, optional_time_ms
 from app.presenters import content_search_dict
 from app.render import is_htmx
 from app.routes.content_search import SearchId, searches
@@ -30,7 +30,8 @@ LIMITS = {"max_text": content_search.MAX_TEXT, "max_hits": content_search.MAX_HI
 
 @router.get("/content-search")
 def form_page(request: Request, store: StoreDep, reader: Reader, renderer: RendererDep):
-    return renderer.page(request, "search/content.html", {"nav": "search", "search": None, "limits": LIMITS})
+    return renderer.page(request, "search/content.html", {"nav": "search", "search": None, "limits": LIMITS,
+                                                          "form": {"begin": "", "end": ""}})
 
 
 @router.post("/content-search")
@@ -57,7 +58,8 @@ def search_page(search_id: SearchId, request: Request, store: StoreDep, reader: 
     # htmx stops polling on 286: a search that has ended has nothing new to show
     status = HTMX_STOP_POLLING if is_htmx(request) and not view.active else 200
     return renderer.page(request, "search/content.html",
-                         {"nav": "search", "search": content_search_dict(view), "limits": LIMITS},
+                         {"nav": "search", "search": content_search_dict(view), "limits": LIMITS,
+                          "form": {"begin": as_form_time(view.begin_ms), "end": as_form_time(view.end_ms)}},
                          fragment="progress", status=status)
 
 

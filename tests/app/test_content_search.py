@@ -177,14 +177,15 @@ async def test_anonymous_and_cross_origin_callers_are_refused(api):
 
 async def test_the_page_starts_a_search_and_shows_it(api):
     [wanted] = await put_messages(api, "Orders", {"body": "find the pelican here"})
-    r = await api.client.post("/content-search", data={"text": "pelican", "where": "body", "topics": "Orders, Other"})
+    r = await api.client.post("/content-search", data={"text": "pelican", "where": "body", "topics": "Orders, Other",
+                                                        "begin": "2020-01-02T03:04:05"})
     assert r.status_code == 303
     url = r.headers["location"]
     search_id = url.rsplit("/", 1)[1]
     await finished(api, search_id)
     page = await api.client.get(url, headers={"Accept": "text/html"})
     assert page.status_code == 200 and f'/messages/{wanted["offset_msg_id"]}' in page.text
-    assert "<mark>pelican</mark>" in page.text
+    assert "<mark>pelican</mark>" in page.text and 'value="2020-01-02T03:04:05"' in page.text
     twin = (await api.client.get(url + ".json")).json()
     assert twin["search"]["hits"][0]["offset_msg_id"] == wanted["offset_msg_id"]
     assert twin["search"]["topics"] == ["Orders", "Other"]
