@@ -38,6 +38,7 @@ from app.pages import client_credentials as client_credentials_page
 from app.pages import clients as clients_page
 from app.pages import cluster as cluster_page
 from app.pages import config as config_page
+from app.pages import content_search as content_search_page
 from app.pages import dashboard as dashboard_page
 from app.pages import dead_letters as dead_letters_page
 from app.pages import groups as groups_page
@@ -56,6 +57,7 @@ from app.routes import client_credentials as client_credential_routes
 from app.routes import clients as clients_routes
 from app.routes import clusters as cluster_routes
 from app.routes import config as config_routes
+from app.routes import content_search as content_search_routes
 from app.routes import dead_letters as dead_letter_routes
 from app.routes import docs, groups, health, lookup, messages, queue_view, receive, resend, timeline, topics
 from app.routes import metrics as metrics_routes
@@ -70,6 +72,7 @@ from app.services import resend as resend_service
 from app.services import topics as topics_service
 from app.services.client_secret_key import SecretKeyError, load_cipher
 from app.services.client_sessions import ClientSessions
+from app.services.content_search import ContentSearches
 from app.services.credential_verifier import CredentialVerifier
 from app.services.dead_letters import DeadLetterCache
 from app.services.demo import DemoWorkload
@@ -330,6 +333,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
             if front is not None:
                 await front.stop()
             trimmer.stop()
+            await run_in_threadpool(app.state.content_searches.close)
             gc.unfreeze()
             app.state.password_checks.close()
             await run_in_threadpool(_stop, resources)
@@ -349,6 +353,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
     app.state.password_checks = PasswordCheckPool(settings.password_checks, settings.password_checks_waiting)
     app.state.principal_cache = PrincipalCache(clock)
     app.state.dead_letters = DeadLetterCache()
+    app.state.content_searches = ContentSearches(clock)
     app.state.rates = RateSampler()  # messages/s on the dashboard
     app.state.client_sessions = ClientSessions(clock, silent_after_ms=settings.client_silent_s * 1000,
                                                forget_after_ms=settings.client_forget_s * 1000,
@@ -361,7 +366,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> FastAPI:
                    dashboard_page, search_page, message_page, timeline_page, topics_page, groups_page, clients_page,
                    dead_letters_page, redrive_routes, redrive_page, config_page, audit_routes, audit_page,
                    pipeline_routes, analytics_page, admin_page, client_credential_routes, client_credentials_page,
-                   cluster_routes, cluster_page):
+                   cluster_routes, cluster_page, content_search_routes, content_search_page):
         app.include_router(module.router)
     app.mount(STATIC_PREFIX, StaticFiles(directory=project_dir() / "static"), name="static")
     app.add_middleware(JsonContentTypeMiddleware, refuse=_refuse_media_type)

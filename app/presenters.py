@@ -106,3 +106,21 @@ def client_rows(sessions: ClientSessions, *, group: str | None = None, topic: st
 def client_counts(sessions: ClientSessions) -> dict:
     counts = sessions.counts()
     return {**asdict(counts), "online": counts.online}
+
+
+def content_search_dict(view) -> dict:
+    """A content search (app.services.content_search.SearchView) with each body snippet wrapped."""
+    data = asdict(view)
+    del data["owner"]
+    data.update(url=f"/content-search/{view.id}", progress=view.progress, mb_per_s=round(view.mb_per_s, 1),
+                active=view.active)
+    hits = []
+    for hit in view.hits:
+        shown = {**hit, "message_url": f"/messages/{hit['offset_msg_id']}", "snippet_masked": False}
+        if hit["where"] == "body":
+            owner = hit["offset_msg_id"]
+            shown.update(snippet=Body(owner, hit["snippet"]), snippet_at=Body(owner, hit["snippet_at"]),
+                         snippet_masked=Body(owner, False, masked=True))
+        hits.append(shown)
+    data["hits"] = hits
+    return data

@@ -24,6 +24,7 @@ from app.params import (
     names_declared,
     not_both,
 )
+from app.services import content_search
 from app.services.messages import MAX_MESSAGES_PER_REQUEST
 from pipeline.jobs import JOBS
 from store.broker.metadata import MAX_QUEUES
@@ -1013,3 +1014,78 @@ class ClustersResponse(BaseModel):
     complete: bool = Field(description="False: a name server or broker did not answer (see problems).")
     problems: list[str]
     clusters: list[ClusterOut]
+
+
+# -- content search ----------------------------------------------------------------------------
+class ContentSearchCreate(Strict):
+    text: str = Field(min_length=1, max_length=content_search.MAX_TEXT,
+                      description="The text to find (exact bytes of its UTF-8, case counts), or a regular "
+                                  "expression (Python's syntax) when `regex`.")
+    regex: bool = Field(False, description="`text` is a regular expression.")
+    in_body: bool = Field(True, description="Look in message bodies (a compressed body is decompressed first).")
+    in_properties: bool = Field(True, description="Look in property values (tags, keys and user properties).")
+    topics: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
+        default_factory=list, max_length=content_search.MAX_SEARCH_TOPICS,
+        description="Only these topics (none: every topic, system topics too).")
+    begin: int | None = Field(None, ge=0, description="Stored at or after (epoch ms).")
+    end: int | None = Field(None, ge=0, description="Stored at or before (epoch ms).")
+    max_hits: int = Field(content_search.DEFAULT_HITS, ge=1, le=content_search.MAX_HITS,
+                          description="The search stops after this many messages found.")
+    max_seconds: int = Field(content_search.DEFAULT_SECONDS, ge=1, le=content_search.MAX_SECONDS,
+                             description="The search stops (timed out) after this long, whatever it found by then.")
+
+
+class ContentHitOut(BaseModel):
+    offset_msg_id: str
+    message_url: str = Field(description="The message's page in the console.")
+    topic: str
+    queue_id: int
+    queue_offset: int
+    phys_offset: int
+    size: int
+    store_timestamp: int
+    born_timestamp: int
+    keys: list[str]
+    tags: str | None
+    unique_key: str | None
+    where: Literal["body", "property"] = Field(description="Where the text was found.")
+    property_name: str | None = Field(description="The property whose value holds it.")
+    snippet_masked: bool = Field(description="True: the caller's role sees bodies masked, so a body's snippet "
+                                             "is null (reveal the body on the message page).")
+    snippet: str | None = Field(description="The text around the match (60 characters each side).")
+    snippet_at: int | None = Field(description="Where the match starts in the snippet (null when masked).")
+    match_len: int
+
+
+class ContentSearchOut(BaseModel):
+    id: str
+    url: str = Field(description="This search's page in the console.")
+    state: Literal["running", "finished", "cancelled", "timed out", "failed"]
+    text: str
+    regex: bool
+    in_body: bool
+    in_properties: bool
+    topics: list[str]
+    begin_ms: int | None
+    end_ms: int | None
+    max_hits: int
+    max_seconds: int
+    started_at_ms: int
+    finished_at_ms: int | None
+    elapsed_ms: int
+    scanned_bytes: int = Field(description="Bytes of commit log records walked so far.")
+    window_bytes: int = Field(description="Bytes of the segments the time window needs, up to the log's end when "
+                                          "the search started.")
+    records: int = Field(description="Records walked so far.")
+    reached_ms: int | None = Field(description="Store time of the next record to walk.")
+    progress: float = Field(description="scanned_bytes / window_bytes; 1 once the search has finished.")
+    mb_per_s: float = Field(description="Megabytes (10^6) of records walked per second.")
+    hits: list[ContentHitOut] = Field(description="The messages found, in commit log order.")
+    problems: list[str] = Field(description="What was skipped and why (a corrupt record, a deleted segment), or "
+                                            "why the search stopped early.")
+    error: str | None = Field(description="Why the search failed or timed out.")
+
+
+class ContentSearchResponse(BaseModel):
+    ok: Literal[True] = True
+    search: ContentSearchOut

@@ -2429,6 +2429,235 @@ done:
     return result;
 }
 
+/* ---- content search ---- */
+/* content_scan: the records of a window and topics whose body or a property value holds a text. */
+
+/* One record content_scan reports; store/scan/content.py declares the matching numpy dtype. */
+typedef struct {
+    int64_t pos;       /* the record's position in the buffer */
+    int32_t kind;      /* CONTENT_CANDIDATE, CONTENT_BODY or CONTENT_PROPERTY */
+    int32_t at;        /* where the text starts within the body or the properties */
+    int32_t body_at;   /* the body's position within the record */
+    int32_t body_len;
+    int32_t props_at;  /* the properties' position within the record */
+    int32_t props_len;
+    int32_t sys_flag;
+    int32_t unused;
+} ContentHit;
+
+/* A candidate is left to the Python side: a compressed body, or any record when matching a
+ * regular expression. */
+enum { CONTENT_CANDIDATE = 0, CONTENT_BODY = 1, CONTENT_PROPERTY = 2 };
+enum { WHERE_BODY = 1, WHERE_PROPERTIES = 2 };
+#define CONTENT_MAX_TOPICS 64
+
+/* The first match of `needle` within a property value (the part of a name\x01value pair after
+ * the first \x01, as find_properties splits them): its offset in `p`, or -1. */
+static Py_ssize_t property_value_find(const unsigned char *p, Py_ssize_t n, const unsigned char *needle,
+                                      Py_ssize_t needle_len)
+{
+    Py_ssize_t chunk = 0;
+    while (chunk <= n) {
+        const unsigned char *end = memchr(p + chunk, '\x02', n - chunk);
+        Py_ssize_t chunk_end = end ? end - p : n;
+        Py_ssize_t len = chunk_end - chunk;
+        if (len >= 3) {
+            const unsigned char *sep = memchr(p + chunk, '\x01', len);
+            Py_ssize_t at = sep ? sep - (p + chunk) : -1;
+            if (at > 0 && at < len - 1) {
+                const unsigned char *value = p + chunk + at + 1;
+                const unsigned char *found = memmem(value, len - at - 1, needle, needle_len);
+                if (found)
+                    return found - p;
+            }
+        }
+        chunk = chunk_end + 1;
+    }
+    return -1;
+}
+
+PyDoc_STRVAR(content_scan_doc,
+"content_scan(buf, pos, limit, end, layout, begin_ms, end_ms, topics, needle, where, max_hits)\n"
+"    -> (status, pos, records, hits)\n\n"
+"Walk the records starting before `limit` (each may run on to `end`) from `pos`, keep those\n"
+"stored within [begin_ms, end_ms] in one of `topics` (a tuple of bytes; empty: any topic), and\n"
+"report in `hits` (packed ContentHit) each whose body (`where` bit 1) or a property value (bit 2)\n"
+"contains `needle`; with `needle` None, or a compressed body to search, the record is reported\n"
+"as a candidate for the caller to match. `records` counts the records walked.\n"
+"status: 0 reached limit, 1 BLANK at pos, 2 the record at pos does not parse, 3 max_hits reported.");
+
+static PyObject *content_scan(PyObject *self, PyObject *args)
+{
+    Py_buffer buf = {0};
+    PyObject *layout_obj, *topics, *needle_obj;
+    Py_ssize_t pos, limit, end, max_hits;
+    long long begin_ms, end_ms;
+    int where;
+    Layout l;
+    Growable hits = {0};
+    PyObject *result = NULL;
+    const unsigned char *topic_names[CONTENT_MAX_TOPICS];
+    Py_ssize_t topic_lens[CONTENT_MAX_TOPICS];
+    const unsigned char *needle = NULL;
+    Py_ssize_t needle_len = 0;
+
+    if (!PyArg_ParseTuple(args, "y*nnnOLLO!Oin", &buf, &pos, &limit, &end, &layout_obj, &begin_ms, &end_ms,
+                          &PyTuple_Type, &topics, &needle_obj, &where, &max_hits))
+        return NULL;
+    if (!parse_layout(layout_obj, &l))
+        goto done;
+    Py_ssize_t topic_count = PyTuple_GET_SIZE(topics);
+    if (topic_count > CONTENT_MAX_TOPICS) {
+        PyErr_Format(PyExc_ValueError, "at most %d topics", CONTENT_MAX_TOPICS);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < topic_count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(topics, i);
+        if (!PyBytes_Check(name)) {
+            PyErr_SetString(PyExc_TypeError, "topics must be bytes");
+            goto done;
+        }
+        topic_names[i] = (const unsigned char *)PyBytes_AS_STRING(name);
+        topic_lens[i] = PyBytes_GET_SIZE(name);
+    }
+    if (needle_obj != Py_None) {
+        if (!PyBytes_Check(needle_obj) || PyBytes_GET_SIZE(needle_obj) == 0) {
+            PyErr_SetString(PyExc_ValueError, "needle must be non-empty bytes or None");
+            goto done;
+        }
+        needle = (const unsigned char *)PyBytes_AS_STRING(needle_obj);
+        needle_len = PyBytes_GET_SIZE(needle_obj);
+    }
+    if (pos < 0 || max_hits < 1) {
+        PyErr_SetString(PyExc_ValueError, "pos must not be negative and max_hits must be positive");
+        goto done;
+    }
+    if (end > buf.len)
+        end = buf.len;
+    const unsigned char *base = (const unsigned char *)buf.buf;
+    Py_ssize_t min_size = l.head_size + 2 * l.host_v4 + l.store_ts_size + l.tail_size;
+    Py_ssize_t records = 0, found = 0;
+    int status = SCAN_END, out_of_memory = 0;
+    const unsigned char *last_topic = NULL;
+    Py_ssize_t last_topic_len = 0;
+    int last_topic_wanted = 0;
+
+    PyThreadState *released = PyEval_SaveThread();
+    while (pos < limit && pos + 8 <= end) {
+        const unsigned char *r = base + pos;
+        int64_t total = get_be(r + l.total, 4);
+        int64_t magic = get_be(r + l.magic, 4);
+        if (magic == l.magic_blank) {
+            status = SCAN_BLANK;
+            break;
+        }
+        if ((magic != l.magic_v1 && magic != l.magic_v2) || total < min_size || total > end - pos) {
+            status = SCAN_SLOW;
+            break;
+        }
+        int64_t sys_flag = get_be(r + l.sys_flag, 4);
+        Py_ssize_t cursor = l.head_size + ((sys_flag & l.born_v6_flag) ? l.host_v6 : l.host_v4);
+        int64_t store_ts = get_be(r + cursor, (int)l.store_ts_size);
+        cursor += l.store_ts_size + ((sys_flag & l.store_v6_flag) ? l.host_v6 : l.host_v4);
+        if (cursor + l.tail_size > total) {
+            status = SCAN_SLOW;
+            break;
+        }
+        int64_t body_len = get_be(r + cursor + l.body_len, 4);
+        cursor += l.tail_size;
+        if (body_len < 0 || body_len > total - cursor) {
+            status = SCAN_SLOW;
+            break;
+        }
+        Py_ssize_t body_at = cursor;
+        cursor += body_len;
+        Py_ssize_t topic_len_size = magic == l.magic_v2 ? l.topic_len_v2 : l.topic_len_v1;
+        if (cursor + topic_len_size > total) {
+            status = SCAN_SLOW;
+            break;
+        }
+        int64_t topic_len = get_be(r + cursor, (int)topic_len_size);
+        cursor += topic_len_size;
+        if (topic_len <= 0 || topic_len > total - cursor - l.props_len_size) {
+            status = SCAN_SLOW;
+            break;
+        }
+        const unsigned char *topic = r + cursor;
+        cursor += topic_len;
+        int64_t props_len = get_be(r + cursor, (int)l.props_len_size);
+        cursor += l.props_len_size;
+        if (props_len < 0 || cursor + props_len != total) {
+            status = SCAN_SLOW;
+            break;
+        }
+        Py_ssize_t props_at = cursor;
+        records++;
+
+        if (store_ts < begin_ms || store_ts > end_ms) {
+            pos += total;
+            continue;
+        }
+        if (topic_count) {
+            if (!last_topic || last_topic_len != topic_len || memcmp(last_topic, topic, topic_len) != 0) {
+                last_topic_wanted = 0;
+                for (Py_ssize_t i = 0; i < topic_count && !last_topic_wanted; i++)
+                    last_topic_wanted = topic_lens[i] == topic_len && memcmp(topic_names[i], topic, topic_len) == 0;
+                last_topic = topic;
+                last_topic_len = topic_len;
+            }
+            if (!last_topic_wanted) {
+                pos += total;
+                continue;
+            }
+        }
+        int kind = -1;
+        Py_ssize_t at = 0;
+        if (!needle || ((where & WHERE_BODY) && (sys_flag & 1))) {
+            kind = CONTENT_CANDIDATE;
+        } else {
+            if (where & WHERE_BODY) {
+                const unsigned char *hit = memmem(r + body_at, body_len, needle, needle_len);
+                if (hit) {
+                    kind = CONTENT_BODY;
+                    at = hit - (r + body_at);
+                }
+            }
+            if (kind < 0 && (where & WHERE_PROPERTIES)) {
+                at = property_value_find(r + props_at, props_len, needle, needle_len);
+                if (at >= 0)
+                    kind = CONTENT_PROPERTY;
+            }
+        }
+        if (kind >= 0) {
+            ContentHit hit = {
+                .pos = pos, .kind = kind, .at = (int32_t)at, .body_at = (int32_t)body_at,
+                .body_len = (int32_t)body_len, .props_at = (int32_t)props_at, .props_len = (int32_t)props_len,
+                .sys_flag = (int32_t)sys_flag, .unused = 0,
+            };
+            if (!grow_append_raw(&hits, &hit, sizeof(hit))) {
+                out_of_memory = 1;
+                break;
+            }
+            found++;
+        }
+        pos += total;
+        if (found >= max_hits) {
+            status = SCAN_FULL;
+            break;
+        }
+    }
+    PyEval_RestoreThread(released);
+    if (out_of_memory) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = Py_BuildValue("inny#", status, pos, records, hits.data ? hits.data : "", hits.len);
+done:
+    PyMem_RawFree(hits.data);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS, encode_run_doc},
     {"encode_one", encode_one, METH_VARARGS, encode_one_doc},
@@ -2445,6 +2674,7 @@ static PyMethodDef methods[] = {
     {"crc32", crc32_of, METH_VARARGS, crc32_doc},
     {"recover_walk", recover_walk, METH_VARARGS, recover_walk_doc},
     {"decode_columns", decode_columns, METH_VARARGS, decode_columns_doc},
+    {"content_scan", content_scan, METH_VARARGS, content_scan_doc},
     {NULL, NULL, 0, NULL},
 };
 

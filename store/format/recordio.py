@@ -12,6 +12,7 @@ import numpy as np
 from store.format._recordio import (
     assign_queue_offsets,
     build_items,
+    content_scan,
     crc32,
     decode_columns,
     dedupe_screen,
@@ -46,10 +47,10 @@ from store.format.layouts import (
 )
 
 __all__ = [
-    "assign_queue_offsets", "build_items", "crc32", "dedupe_screen", "encode_one", "encode_run", "filter_add",
-    "filter_has", "index_key_hash", "index_put", "populate", "put_results", "recover_walk", "scan_records",
-    "record_layout", "SCANNED_RECORD", "SCANNED_KEY", "NO_DELAY_LEVEL", "SCAN_END", "SCAN_BLANK", "SCAN_SLOW",
-    "SCAN_FULL", "WALK_END", "WALK_BLANK", "WALK_ZEROS", "WALK_BAD", "decode_columns",
+    "assign_queue_offsets", "build_items", "content_scan", "crc32", "dedupe_screen", "encode_one", "encode_run",
+    "filter_add", "filter_has", "index_key_hash", "index_put", "populate", "put_results", "recover_walk",
+    "scan_records", "record_layout", "SCANNED_RECORD", "SCANNED_KEY", "NO_DELAY_LEVEL", "SCAN_END", "SCAN_BLANK",
+    "SCAN_SLOW", "SCAN_FULL", "WALK_END", "WALK_BLANK", "WALK_ZEROS", "WALK_BAD", "decode_columns",
 ]
 
 SCAN_END, SCAN_BLANK, SCAN_SLOW, SCAN_FULL = 0, 1, 2, 3

@@ -21,6 +21,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.routing import APIRoute
 
 from app.masking import Body
+from app.services.content_search import LogSnapshot, SearchRequest
 from store.format import topics
 from tests.app.conftest import TEST_HOST, Running, bearer, make_settings, put_messages, running
 from tests.app.test_resend import GROUP, receive
@@ -59,6 +60,7 @@ class World:
     job_id: int
     viewer_token: str
     support_token: str
+    search_ids: list[str]  # content searches finding the mark (its text not in the query), one of each viewer
 
 
 async def dead_letter_of(api: Running, body: bytes, key: str) -> tuple[str, str]:
@@ -97,8 +99,14 @@ async def build(api: Running) -> World:
     r = await api.client.post("/api/redrive-jobs", json={"group": GROUP, "dry_run": True})
     assert r.status_code == 201, r.text
     assert (await api.client.put("/api/config/delay-levels", json={"levels": "1s 2s 3s"})).status_code == 200
+    searches = api.app.state.content_searches
+    search_ids = []
+    for owner in ("user:violet", "token:vera"):
+        view = searches.start(LogSnapshot.of(api.store.commitlog), SearchRequest("Zq7K[x]", regex=True), owner)
+        assert searches.wait(view.id, timeout_s=30).hits
+        search_ids.append(view.id)
     return World(dead, keys, plain["offset_msg_id"], copy_id, r.json()["job"]["id"], tokens["viewer"],
-                 tokens["support"])
+                 tokens["support"], search_ids)
 
 
 @pytest.fixture
@@ -121,6 +129,7 @@ def path_values(w: World) -> dict[str, list[str]]:
         "run_id": ["1"],
         "name": ["mqlens"],
         "broker_id": ["0"],
+        "search_id": w.search_ids,
     }
 
 

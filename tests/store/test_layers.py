@@ -1,5 +1,5 @@
 """The store's packages are layers: a module imports only from its own layer or those below
-(errors and clock, then format, log, projections, broker, the engine parts of the facade, the
+(errors and clock, then format, log, projections and content search, broker, the engine parts of the facade, the
 message_store facade, and the clients built on it)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import store
 
-RANK = {"errors": 0, "clock": 0, "locks": 0, "format": 1, "log": 2, "projections": 3, "broker": 4, "engine": 5,
-        "message_store": 6, "clients": 7}
+RANK = {"errors": 0, "clock": 0, "locks": 0, "format": 1, "log": 2, "projections": 3, "search": 3, "broker": 4,
+        "engine": 5, "message_store": 6, "clients": 7}
 # Pop receive drives the facade it is given (its lock, appends and trace): named for type hints only.
 KNOWN_SEAMS = {"broker/pop imports store.message_store"}
 ROOT = Path(store.__file__).parent
