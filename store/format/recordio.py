@@ -13,6 +13,7 @@ from store.format._recordio import (
     assign_queue_offsets,
     build_items,
     crc32,
+    crc_walk,
     dedupe_screen,
     encode_one,
     encode_run,
@@ -20,6 +21,7 @@ from store.format._recordio import (
     filter_has,
     index_key_hash,
     index_put,
+    index_reachable,
     populate,
     put_results,
     scan_records,
@@ -44,8 +46,9 @@ from store.format.layouts import (
 )
 
 __all__ = [
-    "assign_queue_offsets", "build_items", "crc32", "dedupe_screen", "encode_one", "encode_run", "filter_add",
-    "filter_has", "index_key_hash", "index_put", "populate", "put_results", "scan_records", "record_layout",
+    "assign_queue_offsets", "build_items", "crc32", "crc_walk", "dedupe_screen", "encode_one", "encode_run",
+    "filter_add", "filter_has", "index_key_hash", "index_put", "index_reachable", "populate", "put_results",
+    "scan_records", "record_layout",
     "SCANNED_RECORD", "SCANNED_KEY", "NO_DELAY_LEVEL", "SCAN_END", "SCAN_BLANK", "SCAN_SLOW", "SCAN_FULL",
 ]
 

@@ -120,9 +120,21 @@ class BatchScanner:
         self.count += 1
 
     def batch(self) -> ScannedBatch:
-        records = np.concatenate(self._records) if self._records else np.zeros(0, dtype=SCANNED_RECORD)
-        keys = np.concatenate(self._keys) if self._keys else np.zeros(0, dtype=SCANNED_KEY)
+        """Everything scanned, handed over: the scanner is left without its parts."""
+        records, keys = _joined(self._records, SCANNED_RECORD), _joined(self._keys, SCANNED_KEY)
         return ScannedBatch(records, keys, self.topic_ids, self.topic_names)
+
+
+def _joined(parts: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """The parts in one array, each let go once copied: a long scan's memory is not held twice."""
+    joined = np.empty(sum(len(part) for part in parts), dtype=dtype)
+    at = 0
+    parts.reverse()
+    while parts:
+        part = parts.pop()
+        joined[at : at + len(part)] = part
+        at += len(part)
+    return joined
 
 
 class Dispatcher:
