@@ -349,7 +349,7 @@ def _check_index(store, log: LogRecords, report: CheckReport) -> None:
     as_dispatched = 0  # how many keys the files hold in dispatch's order, when all do so far; -1 once one does not
     for f in store.index.files:
         report.index_entries += f.used_entries
-        entries = f.used()
+        entries = _counted_entries(f, report)
         if as_dispatched >= 0 and indexed.are(as_dispatched, entries):
             as_dispatched += len(entries)
             for i in np.flatnonzero(_chaining_forward(entries)).tolist():
@@ -365,6 +365,15 @@ def _check_index(store, log: LogRecords, report: CheckReport) -> None:
     if as_dispatched == len(indexed) and np.array_equal(log.fields["phys"], log.at) and _all_reachable(store):
         return  # every key has its entry, each found by a query
     _report_unfindable_keys(store, log, indexed, report)
+
+
+def _counted_entries(f, report: CheckReport) -> np.ndarray:
+    """The entries the file's header counts, those inside the file when it counts more."""
+    room = f.entries - 1  # entry 0 is never used
+    if f.used_entries <= room:
+        return f.used()
+    report.problem(f"index {f.path.name} counts {f.used_entries} entries, more than the {room} it has room for")
+    return f.entries_numbered(np.arange(1, room + 1))
 
 
 def _check_entries(f, entries: np.ndarray, log: LogRecords, own_keys: np.ndarray, min_offset: int,

@@ -212,6 +212,18 @@ def test_an_emptied_slot_table_hides_keys_and_long_lists_are_cut(written):
     assert "is not found in the index under" in report.problems[0]
 
 
+def test_an_index_header_counting_past_its_file_is_reported_not_a_crash(written):
+    """The reference fails reading past the file; the check says so and checks what is there."""
+    store_dir, _ = written
+    path = _index_file(store_dir, 1)
+    _patch(path, INDEX_HEADER.size - 4, (10**6).to_bytes(4, "big"))  # the header's entry count
+    with _open(store_dir) as store:
+        report = check_store(store)
+    room = GOLDEN_GEOMETRY.index_entries - 1
+    assert report.problems[0] == f"index {path.name} counts {10**6 - 1} entries, more than the {room} it has room for"
+    assert report.index_entries > 10**6
+
+
 def test_golden_stores_agree(golden_store_dir, golden_broker_dir):
     with MessageStore.open(golden_store_dir, StoreConfig(geometry=GOLDEN_GEOMETRY), read_only=True) as store:
         assert both(store).ok
