@@ -97,11 +97,27 @@ def _member(sorted_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 
 # -- commit log --------------------------------------------------------------------------------------
+class Runs:
+    """Where the records read lie: runs of records one after the other, as (offset of the
+    first, how many, end), in log order."""
+
+    def __init__(self):
+        self.runs: list[list[int]] = []
+
+    def add(self, start: int, count: int, end: int) -> None:
+        if not count:
+            return
+        if self.runs and self.runs[-1][2] == start:
+            self.runs[-1][1:] = [self.runs[-1][1] + count, end]
+        else:
+            self.runs.append([start, count, end])
+
+
 def _check_commitlog(store, report: CheckReport) -> LogRecords:
     log = store.commitlog
     size = log.file_size
     scanner = BatchScanner()
-    runs: list[tuple[int, int]] = []  # (offset of the first record, how many records) in log order
+    runs = Runs()
     corrupt = None
     verified_to = -1  # where the last CRC walk stopped
     released_to = (-1, 0)  # (segment base, offset within it) before which this walk released the pages
@@ -116,8 +132,7 @@ def _check_commitlog(store, report: CheckReport) -> LogRecords:
         if verified_to > phys:
             before = scanner.count
             status, pos = scanner.scan(seg.buf, pos, verified_to - base, verified_to - phys)
-            if scanner.count > before:
-                runs.append((phys, scanner.count - before))
+            runs.add(phys, scanner.count - before, base + pos)
         if status == SCAN_SLOW and pos < limit:
             pos, corrupt = _read_one(seg, pos, scanner, runs, base, report)
         released = released_to[1] if released_to[0] == base else 0
@@ -132,7 +147,7 @@ def _check_commitlog(store, report: CheckReport) -> LogRecords:
     return log_records
 
 
-def _read_one(seg, pos: int, scanner: BatchScanner, runs: list, base: int,
+def _read_one(seg, pos: int, scanner: BatchScanner, runs: Runs, base: int,
               report: CheckReport) -> tuple[int, str | None]:
     """The record or filler at `pos` read as the reference reads it. Returns where the next one
     starts, and the problem that ends the walk, if any."""
@@ -147,16 +162,16 @@ def _read_one(seg, pos: int, scanner: BatchScanner, runs: list, base: int,
     except CorruptRecordError as exc:
         return pos, str(exc)
     scanner.add_decoded(msg)
-    runs.append((base + pos, 1))
+    runs.add(base + pos, 1, base + pos + msg.size)
     return pos + msg.size, None
 
 
-def _packed(scanner: BatchScanner, runs: list[tuple[int, int]]) -> LogRecords:
+def _packed(scanner: BatchScanner, runs: Runs) -> LogRecords:
     batch = scanner.batch()
     sizes = batch.records["size"]
     at = np.empty(len(sizes), dtype=np.int64)
     row = 0
-    for start, count in runs:  # a run's records lie one after the other from its start
+    for start, count, _ in runs.runs:
         run = at[row : row + count]
         np.cumsum(sizes[row : row + count], dtype=np.int64, out=run)
         run -= sizes[row : row + count]
