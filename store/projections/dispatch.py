@@ -125,15 +125,17 @@ class BatchScanner:
         return ScannedBatch(records, keys, self.topic_ids, self.topic_names)
 
 
-def _joined(parts: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
-    """The parts in one array, each let go once copied: a long scan's memory is not held twice."""
+def _joined(parts: list[np.ndarray], dtype: np.dtype, group: int = 1024) -> np.ndarray:
+    """The parts in one array, let go a group at a time once copied: a long scan's memory is
+    not held twice."""
     joined = np.empty(sum(len(part) for part in parts), dtype=dtype)
-    at = 0
-    parts.reverse()
-    while parts:
-        part = parts.pop()
-        joined[at : at + len(part)] = part
-        at += len(part)
+    at = len(joined)
+    while parts:  # from the last group back, so that each one copied leaves the list
+        some = parts[-group:]
+        del parts[-group:]
+        count = sum(len(part) for part in some)
+        np.concatenate(some, out=joined[at - count : at])
+        at -= count
     return joined
 
 
