@@ -4,12 +4,14 @@ the same order, on clean stores and on stores damaged in each way the check look
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from store.errors import StoreError
 from store.format import codec, topics
 from store.format.codec import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG
 from store.format.hosts import HostAddress
@@ -240,6 +242,52 @@ def test_an_empty_store(tmp_path):
     with _open(tmp_path / "store") as store:
         report = both(store)
     assert (report.ok, report.records, report.queue_units, report.index_entries) == (True, 0, 0, 0)
+
+
+@st.composite
+def damaged_stores(draw) -> tuple[list[NewMessage], list[tuple[str, float, int]]]:
+    """Messages of a few topics (keys not ASCII among them, scheduled ones), and bytes to
+    change afterwards: (which files, where in the file as a fraction, the xor mask)."""
+    texts = st.text(st.sampled_from("abcé漢"), min_size=1, max_size=6)
+    messages = [NewMessage(topic=draw(st.sampled_from(["TopicA", "TopicB"])), body=draw(st.binary(max_size=300)),
+                           tags=draw(st.none() | texts), keys=draw(st.lists(texts, max_size=3)),
+                           delay_level=draw(st.sampled_from([0, 0, 0, 1, 3])), queue_id=draw(st.integers(0, 2)))
+                for _ in range(draw(st.integers(1, 60)))]
+    damage = draw(st.lists(st.tuples(st.sampled_from(["commitlog", "consumequeue", "index"]),
+                                     st.floats(0, 1, exclude_max=True), st.integers(1, 255)), min_size=1, max_size=3))
+    return messages, damage
+
+
+@settings(max_examples=40, deadline=None)
+@given(damaged_stores())
+def test_generated_stores_with_changed_bytes_agree(tmp_path_factory, drawn):
+    messages, damage = drawn
+    store_dir = tmp_path_factory.mktemp("store")
+    with MessageStore.open(store_dir, small_config()) as store:
+        for message in messages:
+            store.put(message)
+    for folder, where, mask in damage:
+        files = sorted(p for p in (store_dir / folder).rglob("*") if p.is_file())
+        path = files[int(where * len(files))]
+        data = bytearray(path.read_bytes())
+        data[int(where * len(files) % 1 * len(data.rstrip(b"\0")))] ^= mask  # within what was written
+        path.write_bytes(bytes(data))
+    try:
+        store = _open(store_dir)
+    except StoreError:
+        event("refused by the open")
+        return
+    except (struct.error, ValueError):
+        event("the open fails (an index header counting past its file)")
+        return
+    with store:
+        try:
+            reference = check_store_reference(store)
+        except (struct.error, ValueError, IndexError):
+            event("the reference cannot read past it")
+            return
+        event("compared, " + ("problems found" if reference.problems else "consistent"))
+        assert check_store(store) == reference
 
 
 # -- the compiled parts against Python rules -------------------------------------------------------
