@@ -2658,6 +2658,125 @@ done:
     return result;
 }
 
+/* ---- store check ---- */
+
+PyDoc_STRVAR(crc_walk_doc,
+"crc_walk(buf, pos, limit, layout, until=limit) -> pos\n\n"
+"Walk commit log records from `pos` while each lies whole before `limit` with a body CRC\n"
+"that matches the one it states, starting no record at or past `until`. Returns where the\n"
+"walk stopped: `limit`, the first record boundary at or past `until`, or a filler or a record\n"
+"that the Python decoder must read (a corrupt one, or one this walk cannot vouch for).");
+
+static PyObject *crc_walk(PyObject *self, PyObject *args)
+{
+    Py_buffer buf = {0};
+    PyObject *layout_obj;
+    Py_ssize_t pos, limit, until = PY_SSIZE_T_MAX;
+    Layout l;
+    if (!PyArg_ParseTuple(args, "y*nnO|n", &buf, &pos, &limit, &layout_obj, &until))
+        return NULL;
+    if (!parse_layout(layout_obj, &l) || pos < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "negative position");
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (limit > buf.len)
+        limit = buf.len;
+    const unsigned char *base = (const unsigned char *)buf.buf;
+    Py_ssize_t min_size = l.head_size + 2 * l.host_v4 + l.store_ts_size + l.tail_size;
+    Py_BEGIN_ALLOW_THREADS
+    while (pos + 8 <= limit && pos < until) {
+        const unsigned char *r = base + pos;
+        int64_t total = get_be(r + l.total, 4);
+        int64_t magic = get_be(r + l.magic, 4);
+        if ((magic != l.magic_v1 && magic != l.magic_v2) || total < min_size || total > limit - pos)
+            break;
+        int64_t sys_flag = get_be(r + l.sys_flag, 4);
+        Py_ssize_t cursor = l.head_size + ((sys_flag & l.born_v6_flag) ? l.host_v6 : l.host_v4) + l.store_ts_size +
+                            ((sys_flag & l.store_v6_flag) ? l.host_v6 : l.host_v4);
+        if (cursor + l.tail_size > total)
+            break;
+        int64_t body_len = get_be(r + cursor + l.body_len, 4);
+        cursor += l.tail_size;
+        if (body_len < 0 || body_len > total - cursor)
+            break;
+        uint32_t crc = body_crc32(0, r + cursor, (size_t)body_len) & 0x7FFFFFFFu;
+        if ((int64_t)crc != get_be(r + l.crc, 4))
+            break;
+        pos += total;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return PyLong_FromSsize_t(pos);
+}
+
+PyDoc_STRVAR(index_reachable_doc,
+"index_reachable(buf, layout, slots, index_count, begin_ts) -> bytes\n\n"
+"One byte per entry number from 0 to the last readable one up to `index_count`: 1 where\n"
+"IndexFile.select, asked for that entry's hash at any time from 0 on, yields the entry (its\n"
+"chain walked from the slot of its hash, by select's rules). layout as index_put's.");
+
+static PyObject *index_reachable(PyObject *self, PyObject *args)
+{
+    Py_buffer buf = {0};
+    Py_ssize_t slot_table, slot_size, entries_at, entry_size, e_hash, e_phys, e_diff, e_prev;
+    long long slots, index_count, begin_ts;
+    PyObject *result = NULL;
+    int32_t *walked_by = NULL;
+    if (!PyArg_ParseTuple(args, "y*(nnnnnnnn)LLL", &buf, &slot_table, &slot_size, &entries_at, &entry_size,
+                          &e_hash, &e_phys, &e_diff, &e_prev, &slots, &index_count, &begin_ts))
+        return NULL;
+    if (slots <= 0 || slots >= INT32_MAX || slot_table + slots * slot_size > entries_at || entries_at > buf.len ||
+        entry_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "index geometry does not match the buffer");
+        goto done;
+    }
+    long long last = (buf.len - entries_at) / entry_size - 1; /* the last entry number inside the buffer */
+    if (last > index_count)
+        last = index_count;
+    if (last < 0)
+        last = 0;
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)last + 1);
+    walked_by = PyMem_Calloc((size_t)last + 1, sizeof(int32_t));
+    if (!result || !walked_by) {
+        Py_CLEAR(result);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    unsigned char *reachable = (unsigned char *)PyBytes_AS_STRING(result);
+    memset(reachable, 0, (size_t)last + 1);
+    const unsigned char *base = (const unsigned char *)buf.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (long long slot = 0; slot < slots && index_count > 1; slot++) {
+        int64_t number = get_be(base + slot_table + slot * slot_size, (int)slot_size);
+        if (number <= 0 || number > index_count)
+            continue;
+        int32_t walk = (int32_t)slot + 1;
+        while (number <= last) {
+            const unsigned char *entry = base + entries_at + number * entry_size;
+            int64_t diff = get_be(entry + e_diff, 4);
+            if (diff < 0)
+                break;
+            int64_t when = begin_ts + diff * 1000;
+            int64_t hash = get_be(entry + e_hash, 4);
+            if (((hash % slots) + slots) % slots == slot && when >= 0)
+                reachable[number] = 1;
+            walked_by[number] = walk;
+            int64_t prev = get_be(entry + e_prev, 4);
+            if (prev <= 0 || prev > index_count || when < 0 || (prev <= last && walked_by[prev] == walk))
+                break;
+            number = prev;
+        }
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyMem_Free(walked_by);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"encode_run", encode_run, METH_VARARGS, encode_run_doc},
     {"encode_one", encode_one, METH_VARARGS, encode_one_doc},
@@ -2675,6 +2794,8 @@ static PyMethodDef methods[] = {
     {"recover_walk", recover_walk, METH_VARARGS, recover_walk_doc},
     {"decode_columns", decode_columns, METH_VARARGS, decode_columns_doc},
     {"content_scan", content_scan, METH_VARARGS, content_scan_doc},
+    {"crc_walk", crc_walk, METH_VARARGS, crc_walk_doc},
+    {"index_reachable", index_reachable, METH_VARARGS, index_reachable_doc},
     {NULL, NULL, 0, NULL},
 };
 

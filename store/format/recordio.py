@@ -14,6 +14,7 @@ from store.format._recordio import (
     build_items,
     content_scan,
     crc32,
+    crc_walk,
     decode_columns,
     dedupe_screen,
     encode_one,
@@ -22,6 +23,7 @@ from store.format._recordio import (
     filter_has,
     index_key_hash,
     index_put,
+    index_reachable,
     populate,
     put_results,
     recover_walk,
@@ -47,10 +49,11 @@ from store.format.layouts import (
 )
 
 __all__ = [
-    "assign_queue_offsets", "build_items", "content_scan", "crc32", "dedupe_screen", "encode_one", "encode_run",
-    "filter_add", "filter_has", "index_key_hash", "index_put", "populate", "put_results", "recover_walk",
-    "scan_records", "record_layout", "SCANNED_RECORD", "SCANNED_KEY", "NO_DELAY_LEVEL", "SCAN_END", "SCAN_BLANK",
-    "SCAN_SLOW", "SCAN_FULL", "WALK_END", "WALK_BLANK", "WALK_ZEROS", "WALK_BAD", "decode_columns",
+    "assign_queue_offsets", "build_items", "content_scan", "crc32", "crc_walk", "dedupe_screen", "encode_one",
+    "encode_run", "filter_add", "filter_has", "index_key_hash", "index_put", "index_reachable", "populate",
+    "put_results", "recover_walk", "scan_records", "record_layout", "SCANNED_RECORD", "SCANNED_KEY",
+    "NO_DELAY_LEVEL", "SCAN_END", "SCAN_BLANK", "SCAN_SLOW", "SCAN_FULL", "WALK_END", "WALK_BLANK", "WALK_ZEROS",
+    "WALK_BAD", "decode_columns",
 ]
 
 SCAN_END, SCAN_BLANK, SCAN_SLOW, SCAN_FULL = 0, 1, 2, 3

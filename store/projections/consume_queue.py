@@ -116,6 +116,20 @@ class ConsumeQueue:
             yield unit
             offset += 1
 
+    def unit_arrays(self) -> Iterator[tuple[int, np.ndarray]]:
+        """The units from min_offset to max_offset, as `units` reads them, one array (UNIT_DTYPE,
+        a view of the file) per file: (queue offset of its first unit, units)."""
+        offset = self.min_offset
+        while offset < self.max_offset:
+            located = self._file_for(offset, create=False)
+            if located is None:
+                return
+            f, pos = located
+            first = pos // UNIT
+            units = self._units(f)[first : first + self.max_offset - offset]
+            yield offset, units
+            offset += len(units)
+
     def put(self, queue_offset: int, phys: int, size: int, tags_code: int) -> bool:
         """Write a unit; idempotent: a unit already written at that offset is left alone."""
         if queue_offset < self.max_offset:

@@ -120,9 +120,23 @@ class BatchScanner:
         self.count += 1
 
     def batch(self) -> ScannedBatch:
-        records = np.concatenate(self._records) if self._records else np.zeros(0, dtype=SCANNED_RECORD)
-        keys = np.concatenate(self._keys) if self._keys else np.zeros(0, dtype=SCANNED_KEY)
+        """Everything scanned, handed over: the scanner is left without its parts."""
+        records, keys = _joined(self._records, SCANNED_RECORD), _joined(self._keys, SCANNED_KEY)
         return ScannedBatch(records, keys, self.topic_ids, self.topic_names)
+
+
+def _joined(parts: list[np.ndarray], dtype: np.dtype, group: int = 1024) -> np.ndarray:
+    """The parts in one array, let go a group at a time once copied: a long scan's memory is
+    not held twice."""
+    joined = np.empty(sum(len(part) for part in parts), dtype=dtype)
+    at = len(joined)
+    while parts:  # from the last group back, so that each one copied leaves the list
+        some = parts[-group:]
+        del parts[-group:]
+        count = sum(len(part) for part in some)
+        np.concatenate(some, out=joined[at - count : at])
+        at -= count
+    return joined
 
 
 class Dispatcher:

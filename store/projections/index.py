@@ -12,7 +12,7 @@ import numpy as np
 from store.errors import ReadOnlyStoreError
 from store.format.javahash import index_key_hash
 from store.format.layouts import INDEX_ENTRY, INDEX_ENTRY_FIELDS, INDEX_HEADER, INDEX_SLOT, field_offset
-from store.format.recordio import index_put
+from store.format.recordio import index_put, index_reachable
 from store.log.mapped_file import MappedFile
 from store.log.paths import index_name_for, is_index_name
 
@@ -99,6 +99,18 @@ class IndexFile:
             self.file.mark_dirty(INDEX_HEADER.size, self._entries_at)
             self.slot_count = int(np.count_nonzero(heads))
             self._write_header()
+
+    def reachable(self) -> np.ndarray:
+        """The numbers of the entries `select` can yield for a query from time 0 on: those on the
+        chain from the slot of their own hash, by select's rules. Entry `index_count`, just past
+        the counted ones, is among them when a slot's chain leads to it, as select finds it."""
+        reachable = index_reachable(self.file.buf, self._layout, self.slots, self.index_count, self.begin_timestamp)
+        return np.flatnonzero(np.frombuffer(reachable, dtype=np.uint8))
+
+    def entries_numbered(self, numbers: np.ndarray) -> np.ndarray:
+        """The entries (ENTRY_DTYPE) of these numbers, each inside the file."""
+        count = int(numbers.max()) + 1 if len(numbers) else 0
+        return np.frombuffer(self.file.buf, dtype=ENTRY_DTYPE, count=count, offset=self._entries_at)[numbers]
 
     def time_matches(self, begin: int, end: int) -> bool:
         fb, fe = self.begin_timestamp, self.end_timestamp
