@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 
 from pipeline.options import FORMAT
 from pipeline.progress import write_task_progress
@@ -132,3 +132,8 @@ class CommitLogDataSource(DataSource):
 
     def reader(self, schema) -> DataSourceReader:
         return CommitLogReader(dict(self.options))
+
+    def streamReader(self, schema) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)
+        from pipeline.stream_source import CommitLogStreamReader  # it builds on this module's reader
+
+        return CommitLogStreamReader(dict(self.options))
