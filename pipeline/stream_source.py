@@ -47,9 +47,12 @@ class StreamOffset:
     @classmethod
     def of(cls, offset: dict) -> StreamOffset:
         try:
-            return cls(int(offset[PHYS]), int(offset.get(LOST, 0)))
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"not a commit log stream offset: {offset!r}") from None
+            found = cls(int(offset[PHYS]), int(offset.get(LOST, 0)))
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+            found = None
+        if found is None or found.phys < 0 or found.lost_bytes < 0:
+            raise ValueError(f"not a commit log stream offset: {offset!r}")
+        return found
 
     def as_dict(self) -> dict:
         return {PHYS: self.phys, LOST: self.lost_bytes}
@@ -108,7 +111,7 @@ def readable_end(segments: list[Segment], begin: int) -> int:
     record that is not good with no good one after it (a write under way, or cut short)."""
     layout = record_layout()
     phys = begin
-    tail_from = max((i for i, s in enumerate(segments) if _holds_data(s)), default=0)
+    tail_from = next((i for i in range(len(segments) - 1, -1, -1) if _holds_data(segments[i])), 0)
     for i, segment in enumerate(segments):
         if segment.base + segment.size <= phys:
             continue

@@ -103,7 +103,8 @@ def store(tmp_path):
 def test_an_offset_is_the_next_records_physical_offset_and_refuses_anything_else():
     assert StreamOffset.of({"phys": 5}) == StreamOffset(5, 0)
     assert StreamOffset.of(StreamOffset(7, 3).as_dict()) == StreamOffset(7, 3)
-    for bad in ({}, {"phys": "x"}, {"phys": None}, None, ["phys", 1]):
+    for bad in ({}, {"phys": "x"}, {"phys": None}, None, ["phys", 1], {"phys": -1},
+                {"phys": 5, "retention_lost_bytes": -2}, {"phys": 1.5e400}):
         with pytest.raises(ValueError, match="not a commit log stream offset"):
             StreamOffset.of(bad)
     with pytest.raises(ValueError, match="starting_offset"):
@@ -121,13 +122,16 @@ def test_a_batch_ends_at_the_last_complete_record_and_a_record_being_written_wai
     assert reader.latestOffset(end) is end  # nothing new: the same offset, no batch
 
     segment = segment_files(tmp_path / "store")[0]
-    written = segment.path.read_bytes()
-    half = last.phys_offset + last.size // 2
-    with open(segment.path, "r+b") as file:  # the last record half written
+    half, rest = last.phys_offset + last.size // 2, last.size - last.size // 2
+    with open(segment.path, "r+b") as file:  # the last record half written (in place: the store maps the file)
         file.seek(half)
-        file.write(bytes(last.size - last.size // 2))
-    assert reader.latestOffset(first)["phys"] == last.phys_offset
-    segment.path.write_bytes(written)
+        written = file.read(rest)
+        file.seek(half)
+        file.write(bytes(rest))
+        file.flush()
+        assert reader.latestOffset(first)["phys"] == last.phys_offset
+        file.seek(half)
+        file.write(written)
     assert reader.latestOffset(first)["phys"] == store.commitlog.end
     assert CommitLogStreamReader({"path": str(tmp_path / "store"), "starting_offset": "latest"}).initialOffset() \
         == {"phys": store.commitlog.end, "retention_lost_bytes": 0}
