@@ -1,5 +1,6 @@
 """`mqlens pipeline run JOB --store DIR --out DIR [--overwrite] [--master URL] [geometry flags]`: a pipeline job
-from the shell, with a progress bar on the terminal and a one-line summary at the end."""
+from the shell, with a progress bar on the terminal and a one-line summary at the end; with `--follow`,
+run again whenever the store grows, until stopped (pipeline.follow)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.jobs import JOBS
+from pipeline.jobs import FOLLOW_JOBS, JOBS
 from pipeline.output_folder import check_output_folder
 from store.log.geometry import DEFAULT_CQ_FILE_SIZE, DEFAULT_INDEX_ENTRIES, DEFAULT_INDEX_SLOTS, StoreGeometry
 
@@ -50,6 +51,14 @@ def run(
         "--progress/--no-progress", help="Draw a progress bar (default: when stderr is a terminal).")] = None,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace what the --out folder holds, even when it is not this job's output.")] = False,
+    follow: Annotated[bool, typer.Option(
+        "--follow", help=f"Keep the output current until stopped (Ctrl-C, SIGTERM): {', '.join(sorted(FOLLOW_JOBS))}.")]
+    = False,
+    trigger_seconds: Annotated[int, typer.Option(
+        "--trigger-seconds", min=1, max=86_400, help="With --follow: look for new records this often.")] = 10,
+    checkpoint: Annotated[Path | None, typer.Option(
+        "--checkpoint", help="With --follow: the streaming query's checkpoint folder (default: .OUT.checkpoint "
+        "beside --out).")] = None,
 ) -> None:
     """Run a job over a store's files and print a one-line summary."""
     if job not in JOBS:
@@ -61,6 +70,8 @@ def run(
     from pipeline.session import job_session
     from pipeline.status import ProgressBar
 
+    if follow and job not in FOLLOW_JOBS:
+        raise typer.BadParameter(f"--follow is for {', '.join(sorted(FOLLOW_JOBS))}, not {job}", param_hint="--follow")
     try:
         geometry = StoreGeometry(commitlog_file_size or StoreGeometry().commitlog_file_size, cq_file_size,
                                  index_slots, index_entries)
@@ -74,6 +85,9 @@ def run(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--out") from None
     show_bar = sys.stderr.isatty() if progress is None else progress
+    if follow:
+        _follow(job, source, out, master, checkpoint, trigger_seconds, status, ProgressBar() if show_bar else None)
+        return
     final = run_job(job, source, out, partial(job_session, master), status_path=status,
                     bar=ProgressBar() if show_bar else None)
     for skipped in final.skipped:
@@ -83,3 +97,27 @@ def run(
         print(f"{job} failed: {final.error}", file=sys.stderr)
         raise typer.Exit(EXIT_FAILED)
     print(final.summary)
+
+
+def _follow(job: str, source, out: Path, master: str, checkpoint: Path | None, trigger_seconds: int,
+            status: Path | None, bar) -> None:
+    import threading
+
+    from pipeline.follow import Follow, check_checkpoint, default_checkpoint, stop_on_signals
+    from pipeline.session import job_session
+
+    checkpoint = checkpoint or default_checkpoint(out)
+    try:
+        check_checkpoint(checkpoint, job, source, out)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--checkpoint") from None
+    print(f"following {source.store_dir}: {job} to {out} every {trigger_seconds} s (checkpoint {checkpoint}); "
+          f"stop with Ctrl-C", file=sys.stderr)
+    stopping = threading.Event()
+    with stop_on_signals(stopping):
+        error = Follow(job, source, out, checkpoint, trigger_seconds, status, bar).run(partial(job_session, master),
+                                                                                       stopping)
+    if error is not None:
+        print(f"{job} --follow failed: {error}", file=sys.stderr)
+        raise typer.Exit(EXIT_FAILED)
+    print(f"{job} --follow stopped", file=sys.stderr)

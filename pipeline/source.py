@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 
 from pipeline.columnar import DecodePlan, read_range
 from pipeline.options import FORMAT
@@ -160,3 +160,8 @@ class CommitLogDataSource(DataSource):
 
     def reader(self, schema) -> DataSourceReader:
         return CommitLogReader(dict(self.options))
+
+    def streamReader(self, schema) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)
+        from pipeline.stream_source import CommitLogStreamReader  # it builds on this module's reader
+
+        return CommitLogStreamReader(dict(self.options))

@@ -11,3 +11,6 @@ JOBS = {
 
 # Jobs that compute scheduled messages' due times: their summary names the delay table used.
 DELAY_TABLE_JOBS = frozenset({"projections", "timelines"})
+
+# Jobs `--follow` keeps current while the store grows (pipeline.follow).
+FOLLOW_JOBS = frozenset({"dlq-report"})
