@@ -14,6 +14,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.output_folder import check_output_folder
@@ -33,17 +34,17 @@ def _note(path: Path | str, line: str) -> None:
 
 
 class CancelWatch(threading.Thread):
-    """Cancels every Spark job of the session while the run's cancel file exists (a job the run
-    starts after a cancel is cancelled too)."""
+    """Cancels every Spark job of the session while `wanted()` says so (a job started after a
+    cancel is cancelled too)."""
 
-    def __init__(self, spark, cancel_file: Path):
+    def __init__(self, spark, wanted: Callable[[], bool]):
         super().__init__(name="warm-cancel", daemon=True)
-        self.context, self.cancel_file = spark.sparkContext, cancel_file
+        self.context, self.wanted = spark.sparkContext, wanted
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.wait(POLL_S):
-            if self.cancel_file.exists():
+            if self.wanted():
                 self.context.cancelAllJobs()
 
     def stop(self) -> None:
@@ -67,7 +68,7 @@ def run_request(spark, request: JobRequest) -> JobStatus:
         final = JobStatus(job=request.job, state="failed", stage="failed", error=str(exc))
         write_status(status_path, final)
     else:
-        watch = CancelWatch(spark, request.cancel_file)
+        watch = CancelWatch(spark, request.cancel_file.exists)
         watch.start()
         try:
             final = run_job(request.job, source, out, lambda: contextlib.nullcontext(spark), status_path=status_path)
@@ -79,13 +80,19 @@ def run_request(spark, request: JobRequest) -> JobStatus:
 
 def warm_up(spark, inbox: Inbox) -> None:
     """A job over an empty store: the Python workers start and import the data source, the JVM
-    compiles the job's plans; the first console job finds them ready."""
+    compiles the job's plans; the first console job finds them ready. A job that comes meanwhile
+    cuts it short: it would only wait for it."""
     from pipeline.options import SourceOptions
 
     folder = inbox.path / "warm-up"
     (folder / "store" / "commitlog").mkdir(parents=True, exist_ok=True)
-    final = run_job(WARM_UP_JOB, SourceOptions(folder / "store"), folder / "out",
-                    lambda: contextlib.nullcontext(spark))
+    watch = CancelWatch(spark, lambda: bool(inbox.pending()))
+    watch.start()
+    try:
+        final = run_job(WARM_UP_JOB, SourceOptions(folder / "store"), folder / "out",
+                        lambda: contextlib.nullcontext(spark))
+    finally:
+        watch.stop()
     _note(inbox.log, f"warm-up: {final.state}" + (f" ({final.error})" if final.error else ""))
 
 

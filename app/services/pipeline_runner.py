@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.models import PipelineRun
 from app.services.pipeline_command import RunFolder
 from app.services.pipeline_status import ReportedStatus, failure_in_words, log_tail, read_status
-from pipeline.warm_requests import CANCEL_FILE, JobRequest
+from pipeline.warm_requests import CANCEL_FILE, Inbox, JobRequest
 from store.clock import Clock
 
 if TYPE_CHECKING:
@@ -108,8 +108,11 @@ class _Followed:
             return True, None, None
         if not gone:
             return False, None, None
-        return True, None, (f"the warm Spark (process {self.pid}) died while it held the job: "
-                            f"{exit_in_words(code)}; the next job starts another")
+        how = exit_in_words(code)
+        if code is not None and code > 0 and (words := failure_in_words(log_tail(Inbox(self.warm_inbox).log))):
+            how = f"{how} ({words})"
+        return True, None, f"the warm Spark (process {self.pid}) died while it held the job: {how}; the next job " \
+                           "starts another"
 
 
 def _copy_progress(run: PipelineRun, status: ReportedStatus) -> None:

@@ -1,7 +1,10 @@
 """The analytics page on a warm console, in a real browser: `mqlens serve` keeps a warm Spark (its
 default, which the other browser tests turn off), an operator starts a dlq-report over a store of
 10,000 records and sees its charts within 60 s of the click for the first job after the start and
-within 20 s for the next one. The jobs are the real ones, run by the real kept driver."""
+within 20 s for the next one. The jobs are the real ones, run by the real kept driver.
+
+Those limits hold on an idle 2-core machine; on one shared with other work, MQLENS_TEST_SLOWDOWN
+(a factor, default 1) stretches them, and the test prints the seconds it saw."""
 
 from __future__ import annotations
 
@@ -23,8 +26,9 @@ pytestmark = pytest.mark.slow  # runs first (tests/conftest.py)
 
 RECORDS = 10_000
 BATCH = 1000
-FIRST_JOB_S = 60  # the first job after the console's start
-WARM_JOB_S = 20  # any later one
+SLOWDOWN = float(os.environ.get("MQLENS_TEST_SLOWDOWN", "1"))
+FIRST_JOB_S = 60 * SLOWDOWN  # the first job after the console's start
+WARM_JOB_S = 20 * SLOWDOWN  # any later one
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +76,7 @@ def run_dlq_report(page, why: str, within_s: float) -> float:
     daily = page.get_by_role("img", name="Dead letters per day, by group")
     expect(daily).to_be_visible(timeout=within_s * 1000)
     seconds = time.monotonic() - began
+    print(f"dlq-report of {RECORDS:,} messages ({why}): charts {seconds:.1f} s after the click")
     expect(page.get_by_test_id("run-state")).to_have_text("succeeded")
     expect(daily.locator("rect.series-0")).not_to_have_count(0)
     expect(page.get_by_test_id("chart-daily").locator("ul.legend")).to_contain_text("billing-warm")
@@ -80,10 +85,9 @@ def run_dlq_report(page, why: str, within_s: float) -> float:
 
 def test_a_dlq_report_answers_in_seconds_on_a_warm_console(page, api, screenshots):
     fill_store(api, dead=9)
-    first = run_dlq_report(page, "first job after the start", FIRST_JOB_S)
+    run_dlq_report(page, "first job after the start", FIRST_JOB_S)
     summary = page.locator('table[data-table="summary"] tbody tr')
     expect(summary.filter(has_text="billing-warm")).to_contain_text("6")
-    second = run_dlq_report(page, "the console is warm", WARM_JOB_S)
+    run_dlq_report(page, "the console is warm", WARM_JOB_S)
     expect(page.get_by_test_id("run-summary")).to_contain_text("dlq-report")
     save_screenshot(page, screenshots, "analytics-warm-run")
-    print(f"dlq-report of {RECORDS:,} records from the click to its charts: first {first:.1f} s, next {second:.1f} s")

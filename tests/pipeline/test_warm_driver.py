@@ -5,10 +5,14 @@ the console: tests/app/test_warm_spark.py."""
 from __future__ import annotations
 
 import json
+import os
+import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
+from pipeline import warm_driver
 from pipeline.warm_driver import _run_safely, _take, run_request
 from pipeline.warm_requests import Inbox, InboxClosed, JobRequest
 
@@ -71,3 +75,45 @@ def test_a_request_whose_folder_is_gone_leaves_the_driver_running(tmp_path):
     _run_safely(None, req, inbox)  # raises nothing
     assert "the warm Spark could not run the job: FileNotFoundError" in inbox.log.read_text()
     assert final_status(req)["error"].startswith("the warm Spark could not run the job")
+
+
+class StubSpark:
+    stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.fixture
+def stub_driver(monkeypatch):
+    """serve() without Spark: the session a stub, the warm-up nothing, each job only recorded."""
+    spark, ran = StubSpark(), []
+    monkeypatch.setattr(warm_driver, "spark_session", lambda *args, **kwargs: spark)
+    monkeypatch.setattr(warm_driver, "warm_up", lambda spark, inbox: None)
+    monkeypatch.setattr(warm_driver, "run_request", lambda spark, req: ran.append(req.run_id))
+    return spark, ran
+
+
+def test_an_idle_driver_stops_and_closes_its_inbox(tmp_path, stub_driver):
+    spark, ran = stub_driver
+    inbox = Inbox(tmp_path / "driver").create()
+    inbox.submit(request(tmp_path, 7))
+    began = time.monotonic()
+    warm_driver.serve(inbox, "local[1]", "512m", idle_s=0.3, parent_pid=os.getppid())
+    assert 0.3 <= time.monotonic() - began < 10
+    assert ran == [7] and spark.stopped and "idle for 0.3 s: stopping" in inbox.log.read_text()
+    assert inbox.pid_file.read_text() == str(os.getpid())
+    with pytest.raises(InboxClosed):  # the console starts another driver
+        inbox.submit(request(tmp_path, 8))
+
+
+def test_a_driver_stops_when_asked_or_when_its_console_is_gone(tmp_path, stub_driver):
+    spark, ran = stub_driver
+    inbox = Inbox(tmp_path / "asked").create()
+    inbox.stop_file.touch()
+    (inbox.requests / "3.json").write_text(json.dumps(asdict(request(tmp_path, 3))))
+    warm_driver.serve(inbox, "local[1]", "512m", idle_s=600, parent_pid=os.getppid())
+    assert ran == [3] and spark.stopped  # a request written before the stop is still run
+    orphan = Inbox(tmp_path / "orphan").create()
+    warm_driver.serve(orphan, "local[1]", "512m", idle_s=600, parent_pid=-1)  # not its parent: gone
+    assert not orphan.requests.exists() and orphan.closed.is_dir()
