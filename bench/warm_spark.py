@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         warm = warm_driver(store, work, args.master, args.driver_memory, max(args.jobs, 1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    later = f"{warm['later_seconds']:.1f} s" if warm["later_seconds"] is not None else "-"
+    later = f"{warm['later_seconds']:.1f}" if warm["later_seconds"] is not None else "-"
     print(f"| {JOB} of {args.messages:,} messages, {args.master} | seconds |\n|---|---|\n"
           f"| fresh process (Spark started for the job) | {fresh:.1f} |\n"
           f"| warm driver: start until ready (session and warm-up) | {warm['ready_seconds']:.1f} |\n"
