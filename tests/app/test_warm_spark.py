@@ -9,6 +9,9 @@ point the pipeline command at the stand-in (tests/app/fake_pipeline.py), which c
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +19,12 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import Settings
+from app.models import PipelineRun
+from app.roles import SYSTEM
+from app.services import audit
+from app.services.pipeline_runs import START_RUN
 from tests.app.conftest import make_settings, running
+from tests.app.fake_pipeline import write_status
 from tests.app.test_pipeline_runs import (
     RUNS,
     SPARK_DEADLINE_S,
@@ -152,3 +160,43 @@ async def test_jobs_go_to_one_kept_driver_that_is_replaced_when_it_dies(data_dir
     finally:
         for pid in drivers:  # a failed test may leave a busy one
             kill_group(pid)
+
+
+def held_run(api, clock, folder: Path, pid: int, inbox: Path) -> int:
+    """A run row as a console leaves it when it stops while its warm Spark (process `pid`, folder
+    `inbox`) holds the run."""
+    with api.sessions.begin() as s:
+        entry = audit.record(s, clock, actor=SYSTEM, action=START_RUN, target="pipeline:dlq-report", detail={})
+        s.flush()
+        run = PipelineRun(action_id=entry.id, job="dlq-report", store="x", master="local[2]", state="running",
+                          requested_by="ops", requested_at_ms=clock.now_ms(), output_path=str(folder / "out"),
+                          pid=pid, tasks_done=0, tasks_total=0, records=0, skipped_ranges=0)
+        s.add(run)
+        s.flush()
+        run_id = run.id
+    folder.mkdir(parents=True)
+    (folder / "warm.json").write_text(json.dumps({"inbox": str(inbox), "pid": pid}))
+    return run_id
+
+
+async def test_a_restart_follows_a_run_its_warm_spark_still_holds(data_dir, clock, tmp_path):
+    settings = fake_settings(data_dir, pipeline_warm=True, pipeline_warm_at_start=False)
+    inbox = tmp_path / "old-driver"
+    # stands for the driver an earlier console started: its command line names its folder
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", str(inbox)],
+                              start_new_session=True)
+    try:
+        async with running(settings, clock) as api:
+            held = held_run(api, clock, data_dir / "pipeline-runs" / "77", driver.pid, inbox)
+            gone_run = held_run(api, clock, data_dir / "pipeline-runs" / "78", driver.pid, tmp_path / "another")
+        async with running(settings, clock) as api:
+            assert api.app.state.pipeline_runner.following() == [held]  # its driver still runs
+            lost = (await api.client.get(f"{RUNS}/{gone_run}")).json()["run"]
+            assert lost["state"] == "failed" and lost["error"].startswith("interrupted by a restart")
+            write_status(data_dir / "pipeline-runs" / "77" / "status.json", job="dlq-report", state="succeeded",
+                         stage="done", counts={"dead_letters": 0})
+            done = await wait_for_run(api, held, ended)
+            assert (done["state"], done["counts"], done["exit_code"]) == ("succeeded", {"dead_letters": 0}, None)
+    finally:
+        kill_group(driver.pid)
+        driver.wait()
