@@ -94,6 +94,15 @@ class Settings(BaseSettings):
     # The command that runs a job, split like a shell line; default: this interpreter with
     # `-m app.cli`. The tests point it at a stand-in that keeps the status file's contract.
     pipeline_command: str | None = None
+    # The warm Spark (docs/pipeline.md): a kept driver process that runs the jobs started on
+    # pipeline_master, when that is a local one, so they skip Spark's start-up. It costs the JVM's
+    # heap (pipeline_warm_memory) plus about 0.6 GB (the JVM's own, its Python and Spark's Python
+    # workers) while it runs; it stops after pipeline_warm_idle_s without a job and the next job
+    # starts it again. at_start: started and warmed up with the console, else by the first job.
+    pipeline_warm: bool = True
+    pipeline_warm_at_start: bool = True
+    pipeline_warm_memory: str = Field("1g", pattern=r"^[1-9][0-9]{0,5}[mMgG]$")
+    pipeline_warm_idle_s: int = Field(900, ge=10, le=7 * 86_400)
     # The gRPC front for the official RocketMQ 5 clients, on `host`; 0 turns it off. With a
     # certificate and its key (PEM files) it serves TLS only.
     grpc_port: int = Field(8081, ge=0, le=65535)
@@ -254,6 +263,10 @@ class Settings(BaseSettings):
 
     def trusted_proxy_list(self) -> list[str]:
         return [entry.strip() for entry in self.trusted_proxies.split(",") if entry.strip()]
+
+    def warm_spark_master(self) -> str | None:
+        """The master whose jobs the warm Spark runs; None when there is no warm Spark."""
+        return self.pipeline_master if self.pipeline_warm and self.pipeline_master.startswith("local") else None
 
     def geometry(self) -> StoreGeometry:
         given = {name: getattr(self, name) for name in

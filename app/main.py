@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import logging
+import os
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -81,11 +82,12 @@ from app.services.flow import PutGate
 from app.services.login_limit import LoginLimiter
 from app.services.metrics import metrics_registry
 from app.services.password_checks import PasswordCheckPool
-from app.services.pipeline_command import PipelineSetup
+from app.services.pipeline_command import PipelineSetup, job_environment
 from app.services.pipeline_runner import PipelineRunner
 from app.services.put_batcher import PutBatcher
 from app.services.rates import RateSampler
 from app.services.redrive import RedriveRunner
+from app.services.warm_spark import WARM_DIR_NAME, WarmSettings, WarmSpark
 from app.twin import JsonTwinMiddleware
 from backend.embedded import EmbeddedBackend
 from backend.protocol import Backend, BackendUnavailable
@@ -171,11 +173,27 @@ def _operator_database(settings: Settings, clock: Clock) -> tuple[Engine, sessio
         raise
 
 
-def _started_pipeline(sessions: sessionmaker[Session], clock: Clock) -> PipelineRunner:
-    pipeline = PipelineRunner(sessions, clock)
+def _warm_spark(settings: Settings) -> WarmSpark | None:
+    master = settings.warm_spark_master()
+    if master is None:
+        return None
+    setup = PipelineSetup.from_settings(settings)
+    return WarmSpark(settings.data_dir.resolve() / WARM_DIR_NAME, setup.command,
+                     WarmSettings(master, settings.pipeline_warm_memory, settings.pipeline_warm_idle_s),
+                     job_environment(), os.getpid())
+
+
+def _started_pipeline(settings: Settings, sessions: sessionmaker[Session], clock: Clock) -> PipelineRunner:
+    warm = _warm_spark(settings)
+    pipeline = PipelineRunner(sessions, clock, warm=warm)
     for line in pipeline_runs.reconcile_runs(pipeline, sessions, clock):
         log.info("start-up: %s", line)
     pipeline.start()
+    if warm is not None and settings.pipeline_warm_at_start:
+        try:
+            warm.start()
+        except OSError as exc:  # the first job tries again, and says why when it cannot either
+            log.warning("start-up: the warm Spark could not start: %s", exc)
     return pipeline
 
 
@@ -183,7 +201,7 @@ def _start_on_cluster(settings: Settings, clock: Clock) -> _Resources:
     """The operator database and a live cluster's backend; no store, so no store's workers."""
     engine, sessions, session_secret, verifier = _operator_database(settings, clock)
     try:
-        pipeline = _started_pipeline(sessions, clock)
+        pipeline = _started_pipeline(settings, sessions, clock)
     except BaseException:
         engine.dispose()
         raise
@@ -223,7 +241,7 @@ def _start(settings: Settings, clock: Clock) -> _Resources:
         raise
     try:
         # Pipeline jobs read the store and write only to the data directory: they run read-only too.
-        pipeline = _started_pipeline(sessions, clock)
+        pipeline = _started_pipeline(settings, sessions, clock)
     except BaseException:
         store.close()
         engine.dispose()

@@ -4,6 +4,7 @@ run again whenever the store grows, until stopped (pipeline.follow)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import partial
 from pathlib import Path
@@ -121,3 +122,19 @@ def _follow(job: str, source, out: Path, master: str, checkpoint: Path | None, t
         print(f"{job} --follow failed: {error}", file=sys.stderr)
         raise typer.Exit(EXIT_FAILED)
     print(f"{job} --follow stopped", file=sys.stderr)
+
+
+@app.command("warm", hidden=True)
+def warm(
+    inbox: Annotated[Path, typer.Option("--inbox", help="The folder the console writes job requests to.")],
+    master: Annotated[str, typer.Option("--master", help="The Spark master of the kept session.")] = "local[*]",
+    driver_memory: Annotated[str, typer.Option("--driver-memory", help="The JVM's heap (spark.driver.memory).")]
+    = "1g",
+    idle_s: Annotated[float, typer.Option("--idle-s", min=1, help="Stop after this long without a job.")] = 900,
+    parent: Annotated[int, typer.Option("--parent", help="Stop when this process (the console) has gone.")] = 0,
+) -> None:
+    """A kept Spark driver that runs the console's jobs one after another (pipeline.warm_driver)."""
+    from pipeline.warm_driver import serve
+    from pipeline.warm_requests import Inbox
+
+    serve(Inbox(inbox), master, driver_memory, idle_s, parent or os.getppid())

@@ -95,6 +95,7 @@ class LiveServer:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("MQLENS_")}
         self.env["MQLENS_BOOTSTRAP_ADMIN_TOKEN"] = ADMIN_TOKEN
         self.env["MQLENS_GRPC_PORT"] = "0"  # the gRPC front only where a test asks for it (settings)
+        self.env["MQLENS_PIPELINE_WARM"] = "false"  # a warm Spark (a JVM) too
         if small_store and not _names_store_or_geometry(settings or {}, args):
             self.env.update({f"MQLENS_{k.upper()}": str(v) for k, v in SMALL_STORE_GEOMETRY.items()})
         self.env.update({f"MQLENS_{k.upper()}": str(v) for k, v in (settings or {}).items()})

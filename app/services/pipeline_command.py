@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.warm_requests import JobRequest
 from store.log.geometry import StoreGeometry
 
 LOCAL_MASTERS = ("local[1]", "local[2]", "local[*]")
@@ -37,6 +38,11 @@ class RunFolder:
     @property
     def log(self) -> Path:
         return self.path / "run.log"
+
+    @property
+    def warm_marker(self) -> Path:
+        """Where a run the warm Spark holds names that driver's folder and pid."""
+        return self.path / "warm.json"
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,13 @@ class PipelineSetup:
         if delay_levels is not None:
             argv += ["--delay-levels", delay_levels]
         return argv
+
+    def job_request(self, run_id: int, job: str, folder: RunFolder, delay_levels: str | None) -> JobRequest:
+        """The same job as job_argv's, for the warm Spark."""
+        g = self.geometry
+        return JobRequest(run_id, job, str(self.store_dir), str(folder.out), str(folder.status), str(folder.log),
+                          {"commitlog_file_size": g.commitlog_file_size, "cq_file_size": g.cq_file_size,
+                           "index_slots": g.index_slots, "index_entries": g.index_entries}, delay_levels)
 
 
 def job_environment() -> dict[str, str]:

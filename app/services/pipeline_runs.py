@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -138,8 +139,9 @@ def _checked(setup: PipelineSetup, job: str, master: str | None) -> str:
 def start_run(runner: PipelineRunner, sessions: sessionmaker[Session], clock: Clock, setup: PipelineSetup, job: str,
               *, master: str | None = None, actor: Principal, reason: str | None = None,
               delay_levels: str | None = None, idempotency_key: str | None = None) -> RunView:
-    """Start `job` over the console's store as a process of its own; refused while another run
-    is going. `delay_levels`: see store_delay_levels."""
+    """Start `job` over the console's store: on the warm Spark when it runs the jobs of `master`,
+    else as a process of its own; refused while another run is going. `delay_levels`: see
+    store_delay_levels."""
     master = _checked(setup, job, master)
     request = {"job": job, "master": master}
 
@@ -162,7 +164,12 @@ def start_run(runner: PipelineRunner, sessions: sessionmaker[Session], clock: Cl
         run_id = decided["run_id"]
         folder = setup.folder(run_id)
         try:
-            pid = runner.launch(run_id, setup.job_argv(job, folder, master, delay_levels), folder, job_environment())
+            if runner.warm is not None and runner.warm.takes(master):
+                pid = runner.launch_warm(run_id, setup.job_request(run_id, job, folder, delay_levels), folder,
+                                         runner.warm)
+            else:
+                pid = runner.launch(run_id, setup.job_argv(job, folder, master, delay_levels), folder,
+                                    job_environment())
         except OSError as exc:
             message = f"the pipeline command could not start: {exc}"
             with sessions.begin() as s:
@@ -196,6 +203,14 @@ def cancel_run(runner: PipelineRunner, sessions: sessionmaker[Session], clock: C
     return get_run(sessions, run_id)
 
 
+def _warm_inbox(folder: RunFolder) -> Path | None:
+    """The folder of the warm Spark that held the run, when one did."""
+    try:
+        return Path(json.loads(folder.warm_marker.read_text(encoding="utf-8"))["inbox"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def reconcile_runs(runner: PipelineRunner, sessions: sessionmaker[Session], clock: Clock) -> list[str]:
     """At start-up: settle the starts a crash cut, fail the runs that never started, adopt the
     runs whose process still runs and record the end of the others. Returns what was done."""
@@ -214,8 +229,9 @@ def reconcile_runs(runner: PipelineRunner, sessions: sessionmaker[Session], cloc
                    for run in s.scalars(select(PipelineRun).where(PipelineRun.state == RUNNING))]
     for run_id, pid, output_path in running:
         folder = RunFolder.of_output(output_path)
-        if pid is not None and process_alive(pid, folder):
-            runner.adopt(run_id, pid, folder)
+        warm_inbox = _warm_inbox(folder)
+        if pid is not None and process_alive(pid, warm_inbox or folder.path):
+            runner.adopt(run_id, pid, folder, warm_inbox)
             done.append(f"pipeline run {run_id} still runs (process {pid}): followed again")
         else:
             state = record_end(sessions, clock, run_id, folder, None, after_restart=True)

@@ -35,7 +35,7 @@ def anyio_backend() -> str:
 def make_settings(data_dir: Path, **overrides) -> Settings:
     values = {"data_dir": data_dir, "flush": "sync", "schedule_interval_ms": 0, "allowed_hosts": TEST_HOST,
               "bootstrap_admin_token": ADMIN_TOKEN, "admin_password": "first-admin-password", "grpc_port": 0,
-              **SMALL_GEOMETRY}
+              "pipeline_warm": False, **SMALL_GEOMETRY}  # a warm Spark (a JVM) only where a test asks
     values.update(overrides)
     return Settings(**values)
 
