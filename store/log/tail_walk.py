@@ -14,10 +14,11 @@ from store.errors import CorruptRecordError
 from store.format import codec
 from store.format.codec import StoredMessage
 from store.format.layouts import BLANK, MAGIC_BLANK
-from store.format.recordio import WALK_BAD, WALK_ZEROS, record_layout, recover_walk
+from store.format.recordio import WALK_BAD, WALK_END, WALK_ZEROS, record_layout, recover_walk
 from store.log.mapped_file import MappedFile
 
 SegmentAt = Callable[[int], MappedFile | None]
+WALK_WINDOW = 64 * 1024 * 1024  # bytes walked per compiled call; their pages are released after it
 
 
 @dataclass(frozen=True)
@@ -62,13 +63,17 @@ def walk_reference(segment_at: SegmentAt, file_size: int, phys: int) -> WalkEnd:
 
 
 def walk_compiled(segment_at: SegmentAt, file_size: int, phys: int) -> WalkEnd:
-    """The walk, each segment in one compiled call. A record the compiled check refuses is
-    looked at again by the Python decoder, which has the last word."""
+    """The walk, a window of each segment per compiled call, releasing the pages it read (they
+    stay in the page cache). A record the compiled check refuses, or one that runs past its
+    window, is looked at again by the Python decoder, which has the last word."""
     layout = record_layout()
     while (seg := segment_at(phys)) is not None:
         pos = phys % file_size
         base = phys - pos
-        status, pos = recover_walk(seg.buf, pos, base, layout)
+        limit = min(pos + WALK_WINDOW, file_size)
+        with memoryview(seg.buf) as whole, whole[:limit] as window:
+            status, pos = recover_walk(window, pos, base, layout)
+        seg.release(phys - base, pos)
         phys = base + pos
         if status == WALK_ZEROS:
             break
@@ -78,5 +83,7 @@ def walk_compiled(segment_at: SegmentAt, file_size: int, phys: int) -> WalkEnd:
                 return WalkEnd(phys, True)
             phys += msg.size
             continue
+        if status == WALK_END and limit < file_size:
+            continue  # the window's end, not the segment's
         phys = base + file_size  # a BLANK filler, or no room for a record: the next segment
     return WalkEnd(phys, False)

@@ -16,6 +16,7 @@ from store.format import codec
 from store.format.hosts import HostAddress
 from store.format.layouts import BLANK, MAGIC_V1, MAGIC_V2
 from store.format.recordio import WALK_BAD, WALK_END, WALK_ZEROS, record_layout, recover_walk
+from store.log import tail_walk
 from store.log.commitlog import CommitLog
 from store.log.paths import offset_to_name
 from store.log.tail_walk import WalkEnd, walk_compiled, walk_reference
@@ -233,3 +234,17 @@ def test_bad_arguments_are_refused():
     with pytest.raises(TypeError):
         recover_walk(bytes(64), 0, 0, (1, 2))
     assert recover_walk(bytes(64), 60, 0, record_layout()) == (WALK_END, 60)
+
+
+@pytest.mark.parametrize("window", [8, 97, 1000])
+def test_walks_in_small_windows_agree(tmp_path, monkeypatch, window):
+    """The compiled walk goes a window at a time (releasing what it read): a record cut by a
+    window's end, or a window ending within a BLANK's bytes, is walked on, not taken for an end."""
+    monkeypatch.setattr(tail_walk, "WALK_WINDOW", window)
+    makes = [lambda p, i=i: record(p, body=b"x" * (50 + 37 * i), magic=(MAGIC_V1, MAGIC_V2)[i % 2])
+             for i in range(40)]
+    log, starts = lay_out(makes)
+    assert walked(tmp_path, log, starts) == WalkEnd(len(log), False)
+    flipped = bytearray(log)
+    flipped[starts[-2] + 30] ^= 0xFF  # a torn tail in the last segment
+    assert walked(tmp_path / "torn", bytes(flipped), starts).end == starts[-2]
