@@ -25,7 +25,6 @@ from cluster.remoting.broker import OutgoingMessage
 from cluster.remoting.errors import RemotingError, ResponseError
 from cluster.remoting.namesrv import TopicNotFound
 from cluster.topic_views import ClusterTopics
-from store.broker.metadata import PERM_WRITE
 from store.errors import InvalidMessageError, MessageNotFoundError
 from store.format import topics
 from store.format.codec import COMPRESSED_FLAG, StoredMessage
@@ -33,6 +32,7 @@ from store.format.hosts import HostAddress
 from store.format.ids import UniqueKeyFactory, decode_offset_msg_id
 from store.format.properties import format_properties
 from store.format.resend_plan import plan_resend
+from store.format.topics import PERM_WRITE
 
 PULL_WINDOW = 32  # records one backward step of a queue reads (a 4.x broker's most per pull)
 MAX_SCANNED = 1_000  # records one page looks at, filters included; past it the page ends early with a cursor

@@ -9,8 +9,8 @@ from cluster.calls import Calls
 from cluster.context import ClusterContext, route_brokers
 from cluster.remoting.errors import RemotingError
 from cluster.remoting.namesrv import TopicNotFound
-from store.broker.metadata import PERM_READ, PERM_WRITE
 from store.format import topics
+from store.format.topics import PERM_READ, PERM_WRITE
 
 
 class ClusterTopics:

@@ -9,6 +9,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from pipeline.delay_table import ChosenDelayTable, choose_delay_table
+from pipeline.records import schema_of
 from store.log.geometry import StoreGeometry
 
 FORMAT = "rocketmq_commitlog"
@@ -40,9 +41,13 @@ class SourceOptions:
         if target == store or store in target.parents:
             raise ValueError("the output must be outside the store, which is read-only")
 
-    def read(self, spark: SparkSession) -> DataFrame:
-        """The commit log as a DataFrame (the data source's schema)."""
-        return spark.read.format(FORMAT).options(**self.reader_options()).load(str(self.store_dir))
+    def read(self, spark: SparkSession, columns: tuple[str, ...] | None = None) -> DataFrame:
+        """The commit log as a DataFrame: the data source's whole rows, or only `columns` (Spark
+        then carries no others)."""
+        reading = spark.read.format(FORMAT).options(**self.reader_options())
+        if columns is not None:
+            reading = reading.schema(schema_of(columns))
+        return reading.load(str(self.store_dir))
 
     def delay_table(self) -> ChosenDelayTable:
         """The delay levels the store's dispatch would use, and where they came from."""

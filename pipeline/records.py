@@ -26,6 +26,36 @@ ARROW_SCHEMA = pa.schema([
 BATCH_ROWS = 8192
 
 
+def schema_of(columns: tuple[str, ...]):
+    """The Spark schema of these columns (their types as in the whole row), for `.schema(...)`."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(pa.schema([ARROW_SCHEMA.field(name) for name in columns]))
+
+
+def chosen_columns(schema) -> tuple[str, ...] | None:
+    """The columns a schema given to the reader (`.schema(...)` before `.load`) asks for, in its
+    order, or None for the whole row. Each must be a column of this schema with the same type:
+    a narrower schema is the way to spare Spark columns a job does not use (its Python data
+    sources offer no column pruning)."""
+    if schema is None:
+        return None
+    if isinstance(schema, str):
+        raise ValueError("give the schema as a StructType")
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    ours = {f.name: f.dataType.simpleString() for f in from_arrow_schema(ARROW_SCHEMA).fields}
+    names = tuple(f.name for f in schema.fields)
+    for field in schema.fields:
+        if field.name not in ours:
+            raise ValueError(f"the commit log has no column {field.name!r}: its columns are {', '.join(ours)}")
+        if field.dataType.simpleString() != ours[field.name]:
+            raise ValueError(f"column {field.name} is {ours[field.name]}, not {field.dataType.simpleString()}")
+    if len(set(names)) != len(names):
+        raise ValueError("a column is named twice in the schema")
+    return None if names == tuple(ours) else names
+
+
 def original_id(msg: codec.StoredMessage) -> str:
     """The id of the message a copy was made from: its ORIGIN_MESSAGE_ID, DLQ_ORIGIN_MESSAGE_ID,
     else its own unique key or offset id (RocketMQ puts either id in those properties)."""

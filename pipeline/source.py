@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pipeline.columnar import DecodePlan, read_range
 from pipeline.options import FORMAT
 from pipeline.progress import write_task_progress
-from pipeline.records import ARROW_SCHEMA, BATCH_ROWS, SCHEMA_DDL, RowBuilder
+from pipeline.records import ARROW_SCHEMA, BATCH_ROWS, SCHEMA_DDL, RowBuilder, chosen_columns
 from pipeline.scan_filter import ScanFilter
 from pipeline.segments import Segment, WalkReport, first_store_timestamp, segment_files, walk
 
@@ -67,7 +67,8 @@ class SegmentSplit(InputPartition):
 
 
 class CommitLogReader(DataSourceReader):
-    def __init__(self, options: dict):
+    def __init__(self, options: dict, columns: tuple[str, ...] | None = None):
+        self.columns = columns  # None: every column (records.chosen_columns)
         path = options.get("path")
         if not path:
             raise ValueError("give the store directory: spark.read.format('rocketmq_commitlog').load(DIR)")
@@ -117,6 +118,13 @@ class CommitLogReader(DataSourceReader):
         return kept
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        batches = self._read_whole_rows(partition)
+        if self.columns is None:
+            yield from batches
+        else:
+            yield from (batch.select(self.columns) for batch in batches)
+
+    def _read_whole_rows(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SegmentSplit):  # Spark's stand-in when no segment is to be read
             return
         report = WalkReport()
@@ -159,9 +167,9 @@ class CommitLogDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema) -> DataSourceReader:
-        return CommitLogReader(dict(self.options))
+        return CommitLogReader(dict(self.options), chosen_columns(schema))
 
     def streamReader(self, schema) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)
         from pipeline.stream_source import CommitLogStreamReader  # it builds on this module's reader
 
-        return CommitLogStreamReader(dict(self.options))
+        return CommitLogStreamReader(dict(self.options), chosen_columns(schema))

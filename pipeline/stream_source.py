@@ -151,8 +151,8 @@ def _tail_end(segment: Segment, pos: int, layout) -> int | None:
 
 
 class CommitLogStreamReader(DataSourceStreamReader):
-    def __init__(self, options: dict):
-        self.batch = CommitLogReader(options)  # plans splits and reads them: the batch source's rows
+    def __init__(self, options: dict, columns: tuple[str, ...] | None = None):
+        self.batch = CommitLogReader(options, columns)  # plans splits and reads them: the batch source's rows
         self.store_dir: Path = self.batch.store_dir
         self.starting = str(options.get("starting_offset", "earliest")).strip().lower()
         if self.starting not in STARTS:

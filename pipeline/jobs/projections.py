@@ -67,7 +67,7 @@ def main(spark: SparkSession, source: SourceOptions, out: Path) -> dict[str, int
         paths.consumequeue.mkdir()
         paths.index.mkdir()
         table = source.delay_table()
-        projected = (source.read(spark).select(*SOURCE_COLUMNS)
+        projected = (source.read(spark, SOURCE_COLUMNS)
                      .mapInArrow(partial(project, delay_levels=table.levels), PROJECTED_DDL)
                      .withColumn("log_range", F.expr(f"phys_offset div {RANGE_BYTES}"))
                      .persist(StorageLevel.MEMORY_AND_DISK))

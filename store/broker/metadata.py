@@ -15,9 +15,7 @@ from store.log.config_file import read_config, write_config
 
 TOPICS_FILE = "topics.json"
 GROUPS_FILE = "subscriptionGroup.json"
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_READ_WRITE = PERM_READ | PERM_WRITE
+PERM_READ_WRITE = topics.PERM_READ | topics.PERM_WRITE
 MAX_QUEUES = 1024
 MAX_GROUP_BYTES = 255  # RocketMQ's own limit: a store it wrote may hold such groups
 MAX_CONSUMING_GROUP_BYTES = topics.MAX_TOPIC_BYTES - len(topics.RETRY_PREFIX)
@@ -44,11 +42,11 @@ class TopicConfig:
 
     @property
     def readable(self) -> bool:
-        return bool(self.perm & PERM_READ)
+        return bool(self.perm & topics.PERM_READ)
 
     @property
     def writable(self) -> bool:
-        return bool(self.perm & PERM_WRITE)
+        return bool(self.perm & topics.PERM_WRITE)
 
     def to_json(self) -> dict:
         return {"topicName": self.name, "readQueueNums": self.queues, "writeQueueNums": self.queues,

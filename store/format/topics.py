@@ -7,6 +7,7 @@ import re
 from store.errors import InvalidMessageError
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+PERM_READ, PERM_WRITE = 4, 2  # a topic's permission bits (TopicConfig.perm), as RocketMQ numbers them
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"

@@ -129,3 +129,22 @@ def test_the_command_line_runs_the_trace_job(spark, golden_store_dir, tmp_path, 
     assert main(["pipeline", "run", "trace", "--store", str(tmp_path), "--out", str(out)]) == 2
     assert "no commitlog directory" in capsys.readouterr().err
     assert spark.range(3).count() == 3  # the shared session still runs
+
+
+def test_a_narrower_schema_reads_only_its_columns(spark, generated_store):
+    columns = ("properties", "topic", "phys_offset", "keys")  # any order: the schema's
+    narrow = SourceOptions(generated_store, SMALL).read(spark, columns)
+    assert tuple(narrow.columns) == columns
+    whole = SourceOptions(generated_store, SMALL).read(spark)
+    assert narrow.count() > 0
+    assertDataFrameEqual(narrow, whole.select(*columns))
+
+
+@pytest.mark.parametrize(("schema", "words"), [
+    ("phys_offset BIGINT, nope STRING", "has no column 'nope'"),
+    ("phys_offset INT", "column phys_offset is bigint, not int"),
+    ("topic STRING, topic STRING", "named twice"),
+])
+def test_a_schema_the_commit_log_cannot_give_is_refused_in_words(spark, generated_store, schema, words):
+    with pytest.raises(Exception, match=words):
+        spark.read.format("rocketmq_commitlog").schema(schema).load(str(generated_store)).count()

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from store.broker.metadata import PERM_WRITE, TopicConfig
+from store.broker.metadata import TopicConfig
 from store.broker.pop import PopRequestError
 from store.broker.pop_state import COMPACT_AFTER_STALE, STATE_FILE, PopStateError, load_state
 from store.broker.pull import NotReadableError
@@ -19,6 +19,7 @@ from store.clock import FakeClock
 from store.errors import ReadOnlyStoreError
 from store.format import topics
 from store.format.delay_levels import DelayLevels
+from store.format.topics import PERM_WRITE
 from store.log.config_file import ConfigFileError
 from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage
