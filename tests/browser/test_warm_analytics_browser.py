@@ -3,8 +3,10 @@ default, which the other browser tests turn off), an operator starts a dlq-repor
 10,000 records and sees its charts within 60 s of the click for the first job after the start and
 within 20 s for the next one. The jobs are the real ones, run by the real kept driver.
 
-Those limits hold on an idle 2-core machine; on one shared with other work, MQLENS_TEST_SLOWDOWN
-(a factor, default 1) stretches them, and the test prints the seconds it saw."""
+Those limits hold on an idle 2-core machine, as when the test runs alone (`-n 0`). Beside other
+test workers, which keep the cores busy with Spark and real brokers, they are stretched three
+times; MQLENS_TEST_SLOWDOWN (a factor) sets the stretch itself, and the test prints the seconds it
+saw."""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ pytestmark = pytest.mark.slow  # runs first (tests/conftest.py)
 
 RECORDS = 10_000
 BATCH = 1000
-SLOWDOWN = float(os.environ.get("MQLENS_TEST_SLOWDOWN", "1"))
+SHARED_MACHINE = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
+SLOWDOWN = float(os.environ.get("MQLENS_TEST_SLOWDOWN", "3" if SHARED_MACHINE else "1"))
 FIRST_JOB_S = 60 * SLOWDOWN  # the first job after the console's start
 WARM_JOB_S = 20 * SLOWDOWN  # any later one
 

@@ -53,7 +53,7 @@ def settled_timeline(client, unique_key: str, failing: str, consuming: str) -> d
         return body if traced and states == {failing: "dead_lettered", consuming: "consumed"} else None
 
     try:
-        return wait_until(settled, 90, "the trace and the dead letter to be indexed", poll_s=1)
+        return wait_until(settled, 180, "the trace and the dead letter to be indexed", poll_s=1)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; the last answer: {last}") from None
 
