@@ -11,7 +11,7 @@ import mmap
 import os
 import struct
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +65,7 @@ def choose_delay_table(store_dir: Path, cq_file_size: int, given: str | None) ->
     if saved is not None:
         return ChosenDelayTable(saved, DelayTableSource("file", FILE_TABLE_TEXT))
     with ExitStack() as stack:
-        queues = [stack.enter_context(_closing(q)) for q in _schedule_queues(paths, cq_file_size)]
+        queues = [stack.enter_context(closing(q)) for q in _schedule_queues(paths, cq_file_size)]
         inferred = infer_delay_table(queues, stack.enter_context(_store_time_reader(store_dir))) if queues else None
     if inferred is not None:
         return ChosenDelayTable(DelayLevels(inferred.spec), inferred.source)
@@ -89,17 +89,6 @@ def _schedule_queues(paths: StorePaths, cq_file_size: int) -> list[ConsumeQueue]
         except (StoreError, ValueError):
             continue
     return queues
-
-
-class _closing:
-    def __init__(self, queue: ConsumeQueue):
-        self.queue = queue
-
-    def __enter__(self) -> ConsumeQueue:
-        return self.queue
-
-    def __exit__(self, *exc) -> None:
-        self.queue.close()
 
 
 class _store_time_reader:

@@ -54,3 +54,4 @@ def test_without_it_the_session_fails(tmp_path):
     build_retry_store(tmp_path / "store")
     done = run_session(tmp_path, "plain")
     assert done.returncode != 0
+    assert "No module named 'pipeline'" in done.stderr  # its workers ran the system's python3
