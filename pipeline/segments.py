@@ -28,10 +28,12 @@ from store.format.layouts import (
     RECORD_HEAD_FIELDS,
     field_offset,
 )
+from store.format.recordio import WALK_BAD, WALK_END, WALK_ZEROS, record_layout, recover_walk
 from store.log.paths import is_offset_name
 
 PHYS_OFFSET_AT = field_offset(RECORD_HEAD_FIELDS, "phys_offset")
 MAGIC_AT = field_offset(RECORD_HEAD_FIELDS, "magic")
+RESYNC_WINDOW = 1 << 20  # bytes searched first for a record boundary; doubled while none is found
 _MAGIC_PATTERNS = tuple(INT32.pack(m) for m in (MAGIC_V1, MAGIC_V2, MAGIC_BLANK))
 
 
@@ -101,17 +103,23 @@ def _is_boundary_after(buf, base: int, pos: int) -> bool:
     return int.from_bytes(buf[pos + PHYS_OFFSET_AT: pos + PHYS_OFFSET_AT + 8], "big", signed=True) == base + pos
 
 
-def resync(buf, base: int, start: int, path: str, limit: int | None = None) -> int | None:
+def resync(buf, base: int, start: int, path: str, limit: int | None = None, window: int = RESYNC_WINDOW) -> int | None:
     """The first verified record boundary at or after `start` (and before `limit`, when given),
-    or None when no record follows (only a filler, zeros or damage)."""
-    pos = start
+    or None when no record follows (only a filler, zeros or damage). The magic codes are looked
+    for a window at a time, so a boundary near `start` is found without reading the rest of a
+    mostly empty segment."""
     bound = len(buf) if limit is None else min(limit, len(buf))
     last_magic_end = bound - 1 + MAGIC_AT + INT32.size  # the magic of a record starting at bound - 1
-    while True:
-        found = [buf.find(pattern, pos + MAGIC_AT, last_magic_end) for pattern in _MAGIC_PATTERNS]
+    pos = start
+    while pos + MAGIC_AT < last_magic_end:
+        window_end = min(pos + MAGIC_AT + window, last_magic_end)
+        found = [buf.find(pattern, pos + MAGIC_AT, window_end) for pattern in _MAGIC_PATTERNS]
         found = [f - MAGIC_AT for f in found if f >= 0]
         if not found:
-            return None
+            if window_end == last_magic_end:
+                return None
+            pos, window = window_end - MAGIC_AT - INT32.size + 1, window * 2  # a magic may straddle the edge
+            continue
         candidate = min(found)
         total, magic = BLANK.unpack_from(buf, candidate)
         if magic == MAGIC_BLANK:
@@ -120,6 +128,7 @@ def resync(buf, base: int, start: int, path: str, limit: int | None = None) -> i
         elif _record_at(buf, base, candidate, path) is not None:
             return candidate
         pos = candidate + 1
+    return None
 
 
 @contextmanager
@@ -198,6 +207,30 @@ def _data_end(buf, pos: int, chunk: int = 1 << 20) -> int:
             return begin + kept
         end = begin
     return pos + 1
+
+
+def records_end(segment: Segment, window: int = 64 * 1024 * 1024) -> int | None:
+    """Where the segment's records give way to zeros (the unwritten rest of the newest segment),
+    found by the store's compiled recovery walk; None when they do not (a filler, the file's
+    end, or damage, which the readers walk into and report)."""
+    if segment.size < BLANK.size:
+        return None
+    layout = record_layout()
+    with mapped(segment) as buf:
+        pos = 0
+        while True:
+            limit = min(pos + window, len(buf))
+            with memoryview(buf) as whole, whole[:limit] as part:
+                status, pos = recover_walk(part, pos, segment.base, layout)
+            if status == WALK_ZEROS:
+                return pos
+            if status == WALK_BAD:  # refused, or running past the window: the Python decoder decides
+                msg = _record_at(buf, segment.base, pos, str(segment.path))
+                if msg is None:
+                    return None
+                pos += msg.size
+            elif status != WALK_END or limit == len(buf):
+                return None
 
 
 def first_store_timestamp(segment: Segment) -> int | None:

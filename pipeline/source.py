@@ -31,7 +31,7 @@ from pipeline.options import FORMAT
 from pipeline.progress import write_task_progress
 from pipeline.records import ARROW_SCHEMA, BATCH_ROWS, SCHEMA_DDL, RowBuilder, chosen_columns
 from pipeline.scan_filter import ScanFilter
-from pipeline.segments import Segment, WalkReport, first_store_timestamp, segment_files, walk
+from pipeline.segments import Segment, WalkReport, first_store_timestamp, records_end, segment_files, walk
 
 DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
 DECODERS = ("compiled", "python")
@@ -99,8 +99,16 @@ class CommitLogReader(DataSourceReader):
         wanted = [s for s in segments if self.filter.phys_offset.overlaps(s.base, s.base + s.size - 1)]
         wanted = self._within_time(segments, wanted)
         newest = segments[-1] if segments else None
-        return [SegmentSplit(s, start, min(start + self.split_bytes, s.size), s is newest)
-                for s in wanted for start in range(0, max(s.size, 1), self.split_bytes)]
+        return [SegmentSplit(s, start, min(start + self.split_bytes, length), s is newest)
+                for s in wanted for length in [self._planned_length(s, s is newest)]
+                for start in range(0, max(length, 1), self.split_bytes)]
+
+    @staticmethod
+    def _planned_length(segment: Segment, newest: bool) -> int:
+        """How much of a segment its splits cover: all of it, but for the newest only up to where
+        its records end at zeros (no task is spent resyncing through the unwritten rest)."""
+        end = records_end(segment) if newest else None
+        return segment.size if end is None else end
 
     def _within_time(self, segments: list[Segment], wanted: list[Segment]) -> list[Segment]:
         """Segments whose records may fall in the time range: a segment's records are no older

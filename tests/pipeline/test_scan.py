@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from pipeline.progress import read_scan_progress
-from pipeline.segments import WalkReport, segment_files, walk
+from pipeline.segments import Segment, WalkReport, mapped, records_end, resync, segment_files, walk
 from store.clock import FakeClock
 from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage, StoreConfig
@@ -173,3 +173,42 @@ def test_two_filtered_branches_of_one_load_keep_their_own_rows(spark, tricky_sto
     assert nested.count() > 0 and other.count() > 0
     assert nested.unionByName(other).count() == nested.count() + other.count() == loaded.count()
     assert other.unionByName(nested).count() == loaded.count()
+
+
+@pytest.mark.parametrize("window", [7, 64, 1000, 1 << 20])
+def test_resync_finds_the_same_boundary_whatever_window_it_searches_by(tricky_store, window):
+    for segment in segment_files(tricky_store):
+        with mapped(segment) as buf:
+            for start in range(1, segment.size, 3001):
+                expected = resync(buf, segment.base, start, str(segment.path), window=segment.size)
+                assert resync(buf, segment.base, start, str(segment.path), window=window) == expected
+                assert resync(buf, segment.base, start, str(segment.path), limit=start + 500,
+                              window=window) == (expected if expected is not None and expected < start + 500
+                                                 else None)
+
+
+def test_the_newest_segments_unwritten_rest_gets_no_task(spark, tmp_path):
+    root = tmp_path / "store"
+    geometry = StoreGeometry(commitlog_file_size=4 * 1024 * 1024)
+    with MessageStore.open(root, StoreConfig(geometry=geometry, flush="sync")) as store:
+        store.put_many([NewMessage("T", b"b" * 500) for _ in range(300)])
+    newest = segment_files(root)[-1]
+    records = list(walk(newest))
+    written = records[-1].phys_offset + records[-1].size - newest.base
+    assert records_end(newest) == written < newest.size // 10
+    scan = spark.read.format("rocketmq_commitlog").option("split_bytes", "65536").load(str(root))
+    assert scan.rdd.getNumPartitions() == -(-written // 65536)
+    assert scan.count() == len(full_walk(root)) >= 300
+
+
+def test_records_end_leaves_damage_and_full_segments_to_the_readers(tricky_store, tmp_path):
+    older, newest = segment_files(tricky_store)[0], segment_files(tricky_store)[-1]
+    assert records_end(older) is None  # ends with a filler: the whole file is read
+    damaged = tmp_path / newest.path.name
+    data = bytearray(newest.path.read_bytes())
+    victim = list(walk(newest))[3]
+    at = data.index(victim.body, victim.phys_offset - newest.base)
+    data[at] ^= 0x55
+    damaged.write_bytes(bytes(data))
+    assert records_end(Segment(damaged, newest.base, len(data))) is None
+    assert records_end(newest, window=1000) == records_end(newest)
