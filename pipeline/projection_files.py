@@ -1,9 +1,10 @@
-"""Consume queue and index files written from sorted Arrow batches inside Spark tasks, with the
-store's own writers (store.consume_queue.ConsumeQueue, store.index.IndexFile), so every byte
-follows the store's rules: unit layout, pre-blank filling, file names and sizes, slot chains,
-header timestamps and offsets, entry numbering.
+"""Stage two of the projections job, in Spark tasks: consume queue and index files written from
+the part files of stage one (pipeline.projection_scan) with the store's own writers
+(store.projections.consume_queue.ConsumeQueue, store.projections.index.IndexFile), so every
+byte follows the store's rules: unit layout, pre-blank filling, file names and sizes, slot
+chains, header timestamps and offsets, entry numbering.
 
-A task owns whole queue directories and whole index files; it removes what an earlier attempt
+A task owns whole queue directories or one whole index file; it removes what an earlier attempt
 of it may have left before writing (so a retried task starts clean)."""
 
 from __future__ import annotations
@@ -11,65 +12,16 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
+from pipeline.projection_scan import PartSummary, part_path
+from store.log.geometry import StoreGeometry
 from store.log.paths import StorePaths, index_name_for
 from store.projections.consume_queue import ConsumeQueue
 from store.projections.index import IndexFile
-
-QUEUE_SUMMARY_DDL = "topic STRING, queue_id INT, units BIGINT"
-QUEUE_SUMMARY_SCHEMA = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("units", pa.int64())])
-INDEX_SUMMARY_DDL = "file_no BIGINT, entries BIGINT"
-INDEX_SUMMARY_SCHEMA = pa.schema([("file_no", pa.int64()), ("entries", pa.int64())])
-
-
-def _runs(*keys: np.ndarray) -> Iterator[tuple[int, int]]:
-    """[start, stop) of each run of equal key tuples in arrays sorted by those keys."""
-    n = len(keys[0])
-    if not n:
-        return
-    changed = np.zeros(n - 1, dtype=bool)
-    for key in keys:
-        changed |= key[1:] != key[:-1]
-    starts = np.r_[0, np.flatnonzero(changed) + 1]
-    yield from zip(starts.tolist(), np.r_[starts[1:], n].tolist(), strict=True)
-
-
-def write_queue_files(batches: Iterator[pa.RecordBatch], root: str, cq_file_size: int) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function over units sorted by (topic, queue_id, phys_offset), a queue never split
-    between tasks: each queue's units go to ConsumeQueue.put_units in commit log order, as the
-    store's dispatch puts them. Yields one summary row per queue: its units from the first to
-    the last (pre-blank gaps included)."""
-    paths = StorePaths(Path(root))
-    queue: ConsumeQueue | None = None
-    done: list[ConsumeQueue] = []
-    try:
-        for batch in batches:
-            topics = batch.column("topic").to_numpy(zero_copy_only=False)
-            queue_ids = batch.column("queue_id").to_numpy()
-            offsets, phys, sizes, codes = (batch.column(name).to_numpy() for name in (
-                "queue_offset", "phys_offset", "size", "tags_code"))
-            for start, stop in _runs(topics, queue_ids):
-                topic, queue_id = str(topics[start]), int(queue_ids[start])
-                if queue is None or (queue.topic, queue.queue_id) != (topic, queue_id):
-                    if queue is not None:
-                        queue.close()
-                        done.append(queue)
-                    directory = paths.queue_dir(topic, queue_id)
-                    shutil.rmtree(directory, ignore_errors=True)
-                    queue = ConsumeQueue(topic, queue_id, directory, cq_file_size, writable=True)
-                queue.put_units(offsets[start:stop], phys[start:stop], sizes[start:stop], codes[start:stop])
-    finally:
-        if queue is not None:
-            queue.close()
-            done.append(queue)
-    if done:
-        yield pa.RecordBatch.from_pylist(
-            [{"topic": q.topic, "queue_id": q.queue_id, "units": q.max_offset - q.min_offset} for q in done],
-            schema=QUEUE_SUMMARY_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -80,6 +32,23 @@ class IndexFilePlan:
     name: str
     prev_end_timestamp: int
     prev_end_phys: int
+
+
+@dataclass(frozen=True)
+class QueueWrite:
+    """Write these queues (topic, queue id) from the parts."""
+
+    queues: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class IndexWrite:
+    """Write index file `number` with the keys numbered [first, stop) in commit log order."""
+
+    number: int
+    first: int
+    stop: int
+    plan: IndexFilePlan
 
 
 def plan_index_files(first_timestamps: list[int], previous_ends: list[tuple[int, int]]) -> list[IndexFilePlan]:
@@ -101,39 +70,120 @@ def plan_index_files(first_timestamps: list[int], previous_ends: list[tuple[int,
     return plans
 
 
-def write_index_files(batches: Iterator[pa.RecordBatch], directory: str, slots: int, entries: int,
-                      plans: list[IndexFilePlan]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function over index entries sorted by (file_no, ordinal), a file never split
-    between tasks: each file is created as the store creates it after the file before it, and
-    gets its keys through IndexFile.put_many in order. Yields one summary row per file."""
-    current: IndexFile | None = None
-    current_no = -1
-    written: dict[int, int] = {}
+class PartKeys:
+    """The index keys of every part in commit log order, numbered from 0, read where they lie."""
+
+    def __init__(self, parts_dir: Path, parts: list[PartSummary]):
+        self.parts_dir = Path(parts_dir)
+        self.parts = parts
+        self.starts = [0, *accumulate(p.keys for p in parts)]
+
+    @property
+    def total(self) -> int:
+        return self.starts[-1]
+
+    def pieces(self, first: int, stop: int) -> Iterator[np.ndarray]:
+        """Keys numbered [first, stop) as they lie in the parts, a (hash, phys, store_ts) rows
+        array per part, in order."""
+        for part, begin, end in zip(self.parts, self.starts, self.starts[1:], strict=False):
+            if end <= first or begin >= stop or not part.keys:
+                continue
+            keys = np.load(part_path(self.parts_dir, part.name, "keys"), mmap_mode="r")
+            yield keys[:, max(first, begin) - begin: min(stop, end) - begin]
+
+    def key(self, number: int) -> tuple[int, int, int]:
+        """(hash, phys, store_ts) of key `number`."""
+        piece = next(self.pieces(number, number + 1))
+        return int(piece[0, 0]), int(piece[1, 0]), int(piece[2, 0])
+
+
+def plan_index_writes(keys: PartKeys, per_file: int) -> list[IndexWrite]:
+    """One write per index file: the keys each gets (per_file each but the last) and its plan,
+    from the store time of its first key and the offset and time of the key before it."""
+    files = -(-keys.total // per_file)
+    firsts, previous_ends = [], []
+    for number in range(files):
+        firsts.append(keys.key(number * per_file)[2])
+        if number:
+            previous_ends.append(keys.key(number * per_file - 1)[1:])
+        else:
+            previous_ends.append((0, 0))
+    plans = plan_index_files(firsts, previous_ends)
+    return [IndexWrite(n, n * per_file, min(keys.total, (n + 1) * per_file), plans[n]) for n in range(files)]
+
+
+def plan_queue_writes(parts: list[PartSummary], tasks: int) -> list[QueueWrite]:
+    """The queues spread over at most `tasks` writes, each about as many units (largest first)."""
+    units: dict[tuple[str, int], int] = {}
+    for part in parts:
+        for topic, queue_id, count in part.queues:
+            units[(topic, queue_id)] = units.get((topic, queue_id), 0) + count
+    groups: list[list[tuple[str, int]]] = [[] for _ in range(max(1, min(tasks, len(units))))]
+    loads = [0] * len(groups)
+    for queue, count in sorted(units.items(), key=lambda item: (-item[1], item[0])):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(queue)
+        loads[lightest] += count
+    return [QueueWrite(tuple(sorted(group))) for group in groups if group]
+
+
+def write_queues(write: QueueWrite, parts_dir: str, parts: list[PartSummary], root: str,
+                 cq_file_size: int) -> list[tuple[str, int, int]]:
+    """Spark task body: each queue's units from every part in commit log order through
+    ConsumeQueue.put_units, as the store's dispatch puts them. Returns (topic, queue id, units
+    from the first to the last, pre-blank gaps included) per queue."""
+    wanted = set(write.queues)
+    gathered: dict[tuple[str, int], list[np.ndarray]] = {queue: [] for queue in write.queues}
+    for part in parts:
+        if not any((topic, queue_id) in wanted for topic, queue_id, _ in part.queues):
+            continue
+        units = np.load(part_path(Path(parts_dir), part.name, "units"), mmap_mode="r")
+        at = 0
+        for topic, queue_id, count in part.queues:
+            if (topic, queue_id) in wanted:
+                gathered[(topic, queue_id)].append(units[at: at + count])
+            at += count
+    paths = StorePaths(Path(root))
+    written = []
+    for (topic, queue_id), pieces in gathered.items():
+        units = np.concatenate(pieces)
+        directory = paths.queue_dir(topic, queue_id)
+        shutil.rmtree(directory, ignore_errors=True)
+        queue = ConsumeQueue(topic, queue_id, directory, cq_file_size, writable=True)
+        try:
+            queue.put_units(units["queue_offset"], units["phys"], units["size"], units["tags_code"])
+        finally:
+            queue.close()
+        written.append((topic, queue_id, queue.max_offset - queue.min_offset))
+    return written
+
+
+def write_index_file(write: IndexWrite, parts_dir: str, parts: list[PartSummary], directory: str, slots: int,
+                     entries: int) -> tuple[int, int]:
+    """Spark task body: index file `write.number`, created as the store creates it after the
+    file before it, given its keys through IndexFile.put_many in order. Returns (its number,
+    the keys it took)."""
+    path = Path(directory) / write.plan.name
+    path.unlink(missing_ok=True)
+    index = IndexFile(path, slots, entries, writable=True, create=True,
+                      prev_end_timestamp=write.plan.prev_end_timestamp, prev_end_phys=write.plan.prev_end_phys)
+    taken = wanted = 0
     try:
-        for batch in batches:
-            numbers = batch.column("file_no").to_numpy()
-            hashes, phys, times = (batch.column(name).to_numpy().astype(np.int64) for name in (
-                "key_hash", "phys_offset", "store_timestamp"))
-            for start, stop in _runs(numbers):
-                number = int(numbers[start])
-                if number != current_no:
-                    if current is not None:
-                        current.close()
-                    plan = plans[number]
-                    path = Path(directory) / plan.name
-                    path.unlink(missing_ok=True)
-                    current = IndexFile(path, slots, entries, writable=True, create=True,
-                                        prev_end_timestamp=plan.prev_end_timestamp, prev_end_phys=plan.prev_end_phys)
-                    current_no = number
-                    written[number] = 0
-                taken = current.put_many(hashes[start:stop], phys[start:stop], times[start:stop])
-                if taken != stop - start:
-                    raise RuntimeError(f"index file {current.path.name} filled up with {stop - start - taken} "
-                                       "keys still to put: the entries were numbered for another geometry")
-                written[number] += taken
+        for piece in PartKeys(Path(parts_dir), parts).pieces(write.first, write.stop):
+            wanted += piece.shape[1]
+            taken += index.put_many(piece[0], piece[1], piece[2])
     finally:
-        if current is not None:
-            current.close()
-    if written:
-        yield pa.RecordBatch.from_pylist([{"file_no": n, "entries": c} for n, c in written.items()],
-                                         schema=INDEX_SUMMARY_SCHEMA)
+        index.close()
+    if taken != wanted:
+        raise RuntimeError(f"index file {path.name} filled up with {wanted - taken} keys still to put: "
+                           "the keys were numbered for another geometry")
+    return write.number, taken
+
+
+def write_planned(write: QueueWrite | IndexWrite, parts_dir: str, parts: list[PartSummary], root: str,
+                  geometry: StoreGeometry) -> tuple[str, object]:
+    """Spark task body for either kind of write: ("index", (number, keys)) or ("queues", rows)."""
+    if isinstance(write, IndexWrite):
+        return "index", write_index_file(write, parts_dir, parts, str(StorePaths(Path(root)).index),
+                                         geometry.index_slots, geometry.index_entries)
+    return "queues", write_queues(write, parts_dir, parts, root, geometry.cq_file_size)

@@ -148,20 +148,27 @@ class ConsumeQueue:
         return True
 
     def put_units(self, offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
-        """Units for the given queue offsets, in increasing order; offsets already written are
-        left alone, so replaying a batch changes nothing."""
-        fresh = offsets >= self.max_offset
-        if not fresh.all():
-            offsets, phys, sizes, tags = offsets[fresh], phys[fresh], sizes[fresh], tags[fresh]
+        """Units for the given queue offsets, as put() one after another would write them (an
+        offset already written is left alone, so replaying a batch changes nothing), each run
+        of consecutive offsets written at once."""
         if not len(offsets):
             return
-        first = int(offsets[0])
-        contiguous = int(offsets[-1]) - first == len(offsets) - 1 and bool((np.diff(offsets) == 1).all())
-        if first != self.max_offset or not self._files or not contiguous:
-            for offset, p, size, code in zip(offsets.tolist(), phys.tolist(), sizes.tolist(), tags.tolist(),
-                                             strict=True):
-                self.put(offset, p, size, code)
+        starts = np.flatnonzero(np.r_[True, np.diff(offsets) != 1])
+        for a, b in zip(starts.tolist(), np.r_[starts[1:], len(offsets)].tolist(), strict=True):
+            self._put_run(offsets[a:b], phys[a:b], sizes[a:b], tags[a:b])
+
+    def _put_run(self, offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> None:
+        """Units for consecutive queue offsets."""
+        written = max(0, min(len(offsets), self.max_offset - int(offsets[0])))
+        offsets, phys, sizes, tags = offsets[written:], phys[written:], sizes[written:], tags[written:]
+        if not len(offsets):
             return
+        if not self._files or int(offsets[0]) != self.max_offset:  # the first file placed, or a gap filled
+            self.put(int(offsets[0]), int(phys[0]), int(sizes[0]), int(tags[0]))
+            offsets, phys, sizes, tags = offsets[1:], phys[1:], sizes[1:], tags[1:]
+            if not len(offsets):
+                return
+        first = int(offsets[0])
         packed = np.empty(len(offsets), dtype=UNIT_DTYPE)
         packed["phys"], packed["size"], packed["tags"] = phys, sizes, tags
         data = packed.tobytes()

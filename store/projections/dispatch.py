@@ -102,6 +102,16 @@ class BatchScanner:
             self.count += len(found)
         return status, reached
 
+    def since(self, count: int) -> np.ndarray:
+        """The records scanned after the first `count`, in order."""
+        parts, held = [], self.count
+        for part in reversed(self._records):
+            if held <= count:
+                break
+            parts.append(part[max(0, count - (held - len(part))):])
+            held -= len(part)
+        return _joined(parts[::-1], SCANNED_RECORD)
+
     def add_decoded(self, view: codec.DispatchView) -> None:
         """One record read by the Python decoder: the reference for what the scanner computes."""
         topic = view.topic.encode("utf-8")
@@ -137,6 +147,31 @@ def _joined(parts: list[np.ndarray], dtype: np.dtype, group: int = 1024) -> np.n
         np.concatenate(some, out=joined[at - count : at])
         at -= count
     return joined
+
+
+def tags_codes(batch: ScannedBatch, rows: np.ndarray, delay_levels: DelayLevels,
+               timer_deliver_ms: Callable[[int], int]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The tagsCode of each of `rows`: the tags hash, or the deliver time of a scheduled or timer
+    record (timer_deliver_ms reads it from the record at a physical offset). Also the masks of
+    the rows that wait for a deliver time."""
+    records = batch.records
+    codes = records["tags_hash"][rows].astype(np.int64)
+    waiting = []
+    schedule_id = batch.topic_ids.get(topics.SCHEDULE_TOPIC.encode())
+    if schedule_id is not None:
+        levels = records["delay_level"][rows]
+        scheduled = (records["topic_id"][rows] == schedule_id) & (levels > 0)
+        if scheduled.any():
+            codes[scheduled] = delay_levels.deliver_times(levels[scheduled], records["store_ts"][rows][scheduled],
+                                                          records["phys"][rows][scheduled])
+            waiting.append(scheduled)
+    timer_id = batch.topic_ids.get(topics.TIMER_TOPIC.encode())
+    if timer_id is not None:
+        timed = records["topic_id"][rows] == timer_id
+        if timed.any():
+            codes[timed] = [timer_deliver_ms(phys) for phys in records["phys"][rows][timed].tolist()]
+            waiting.append(timed)
+    return codes, waiting
 
 
 class Dispatcher:
@@ -220,24 +255,7 @@ class Dispatcher:
         self.last_store_timestamp = int(records["store_ts"][-1])
 
     def _tags_codes(self, batch: ScannedBatch, rows: np.ndarray) -> np.ndarray:
-        records = batch.records
-        codes = records["tags_hash"][rows].astype(np.int64)
-        waiting = []
-        schedule_id = batch.topic_ids.get(topics.SCHEDULE_TOPIC.encode())
-        if schedule_id is not None:
-            levels = records["delay_level"][rows]
-            scheduled = (records["topic_id"][rows] == schedule_id) & (levels > 0)
-            if scheduled.any():
-                codes[scheduled] = self.delay_levels.deliver_times(levels[scheduled],
-                                                                   records["store_ts"][rows][scheduled],
-                                                                   records["phys"][rows][scheduled])
-                waiting.append(scheduled)
-        timer_id = batch.topic_ids.get(topics.TIMER_TOPIC.encode())
-        if timer_id is not None:
-            timed = records["topic_id"][rows] == timer_id
-            if timed.any():
-                codes[timed] = [self._timer_deliver_ms(phys) for phys in records["phys"][rows][timed].tolist()]
-                waiting.append(timed)
+        codes, waiting = tags_codes(batch, rows, self.delay_levels, self._timer_deliver_ms)
         if waiting and self.on_due is not None:
             self.on_due(int(min(codes[mask].min() for mask in waiting)))
         return codes
