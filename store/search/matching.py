@@ -69,21 +69,31 @@ class Matcher:
     def match(self, record, hit: Hit) -> Match | None:
         """The match in the record `record` (its bytes, from the hit's position) as the hit says."""
         _, kind, _, body_at, body_len, props_at, props_len, sys_flag = hit
-        if kind in (KIND_CANDIDATE, KIND_BODY) and self.query.in_body:
+        body = props = None
+        if kind in (KIND_CANDIDATE, KIND_BODY):
             body = bytes(record[body_at : body_at + body_len])
             if sys_flag & COMPRESSED_FLAG:
                 try:
                     body = zlib.decompress(body)
                 except zlib.error:
                     body = b""
+        if kind in (KIND_CANDIDATE, KIND_PROPERTY):
+            props = parse_properties(_text(bytes(record[props_at : props_at + props_len])))
+        return self._first_match(body, props)
+
+    def match_message(self, body: bytes, properties: dict[str, str]) -> Match | None:
+        """The match in a record the Python decoder read (its body inflated)."""
+        return self._first_match(body, properties)
+
+    def _first_match(self, body: bytes | None, properties: dict[str, str] | None) -> Match | None:
+        if body is not None and self.query.in_body:
             text = _text(body)
             found = self._find(text)
             if found is not None:
                 snippet, at = _snippet(text, *found)
                 return Match("body", None, snippet, at, found[1])
-        if kind in (KIND_CANDIDATE, KIND_PROPERTY) and self.query.in_properties:
-            props = _text(bytes(record[props_at : props_at + props_len]))
-            for name, value in parse_properties(props).items():
+        if properties is not None and self.query.in_properties:
+            for name, value in properties.items():
                 found = self._find(value)
                 if found is not None:
                     snippet, at = _snippet(value, *found)
