@@ -100,12 +100,22 @@ class IndexFile:
             self.slot_count = int(np.count_nonzero(heads))
             self._write_header()
 
-    def reachable(self) -> np.ndarray:
-        """The numbers of the entries `select` can yield for a query from time 0 on: those on the
-        chain from the slot of their own hash, by select's rules. Entry `index_count`, just past
-        the counted ones, is among them when a slot's chain leads to it, as select finds it."""
+    def numbered_from(self, first: int, stop: int) -> np.ndarray:
+        """The entries (ENTRY_DTYPE) numbered `first` to `stop` (excluded), a view of the file; all inside it."""
+        return np.frombuffer(self.file.buf, dtype=ENTRY_DTYPE, count=max(0, stop - first),
+                             offset=self._entries_at + first * INDEX_ENTRY.size)
+
+    def reachable_flags(self) -> np.ndarray:
+        """One byte per entry number, from 0 on: 1 for an entry `select` can yield for a query
+        from time 0 on, one on the chain from the slot of its own hash, by select's rules. Entry
+        `index_count`, just past the counted ones, is among them when a slot's chain leads to it,
+        as select finds it."""
         reachable = index_reachable(self.file.buf, self._layout, self.slots, self.index_count, self.begin_timestamp)
-        return np.flatnonzero(np.frombuffer(reachable, dtype=np.uint8))
+        return np.frombuffer(reachable, dtype=np.uint8)
+
+    def reachable(self) -> np.ndarray:
+        """The numbers of the entries reachable_flags marks."""
+        return np.flatnonzero(self.reachable_flags())
 
     def entries_numbered(self, numbers: np.ndarray) -> np.ndarray:
         """The entries (ENTRY_DTYPE) of these numbers, each inside the file."""
