@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from store.format.layouts import (
     HOST_V4,
     HOST_V6,
     INDEX_ENTRY,
+    INDEX_ENTRY_FIELDS,
     INDEX_HEADER,
     INDEX_SLOT,
     MAGIC_V1,
@@ -32,6 +34,7 @@ from store.format.layouts import (
     RECORD_HEAD,
     RECORD_TAIL,
     STORE_TIMESTAMP,
+    field_offset,
 )
 from store.format.recordio import crc_walk, index_reachable, record_layout
 from store.log.geometry import StoreGeometry
@@ -428,6 +431,51 @@ def test_reachable_entries_are_those_select_yields(tmp_path_factory, drawn):
             assert f.entries_numbered(numbers)["phys_offset"].tolist() == numbers.tolist()
     finally:
         f.close()
+
+
+@st.composite
+def put_index_files(draw) -> tuple[IndexFile, list[tuple[str, int, int]]]:
+    """An index file written by put_many, its chains as put, then maybe a few of its numbers
+    changed: (slot or entry field, which one, the new value)."""
+    slots, entries = draw(st.integers(1, 6)), draw(st.integers(2, 14))
+    hashes = draw(st.lists(st.integers(0, 2**31 - 1), max_size=entries - 1))  # as index_key_hash gives
+    begin = draw(st.sampled_from([0, 1_700_000_000_000]))
+    fields = st.sampled_from(["slot", "key_hash", "time_diff", "prev_index"])
+    changes = draw(st.lists(st.tuples(fields, st.integers(0, 20), st.integers(-3, entries + 1)), max_size=2))
+    return slots, entries, hashes, begin, changes
+
+
+@settings(max_examples=300, deadline=None)
+@given(put_index_files(), st.integers(1, 4))
+def test_chains_as_put_are_reached_whole(tmp_path_factory, drawn, window):
+    """The check counts every entry reachable without the walk only when the chains are as put
+    built them: then the walk reaches every counted entry."""
+    slots, entries, hashes, begin, changes = drawn
+    path = tmp_path_factory.mktemp("index") / "00000000000000000000"
+    f = IndexFile(path, slots, entries, writable=True, create=True)
+    count = len(hashes)
+    f.put_many(np.array(hashes, dtype=np.int64), np.arange(count, dtype=np.int64) * 100,
+               begin + np.arange(count, dtype=np.int64) * 1500)
+    f.close()
+    for name, which, value in changes:
+        if name == "slot":
+            _patch(path, INDEX_HEADER.size + which % slots * INDEX_SLOT.size, value.to_bytes(4, "big", signed=True))
+        elif count:
+            at = _entry_at_of(slots, 1 + which % count) + field_offset(INDEX_ENTRY_FIELDS, name)
+            _patch(path, at, value.to_bytes(4, "big", signed=True))
+    f = IndexFile(path, slots, entries, writable=False)
+    try:
+        as_put = f.chains_as_put(window)
+        event("as put" if as_put else "changed chains")
+        assert as_put or changes
+        if as_put:
+            assert np.count_nonzero(f.reachable_flags()[: count + 1]) == count
+    finally:
+        f.close()
+
+
+def _entry_at_of(slots: int, number: int) -> int:
+    return INDEX_HEADER.size + slots * INDEX_SLOT.size + number * INDEX_ENTRY.size
 
 
 def test_index_reachable_refuses_a_geometry_that_does_not_fit():
