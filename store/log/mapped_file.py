@@ -81,7 +81,9 @@ class MappedFile:
 
     A private file (read-only stores only) may be written, but only in this process's memory:
     an existing file is mapped copy-on-write, and one created is memory that never reaches the
-    disk. A read-only store projects the records its consume queues and index lag behind that way."""
+    disk. A read-only store projects the records its consume queues and index lag behind that way.
+    Of a private file, only the span written holds bytes the file has not: the pages outside it
+    may be released as a shared mapping's are."""
 
     def __init__(self, path: Path, size: int, *, writable: bool, create: bool = False, private: bool = False):
         if private and writable:
@@ -93,8 +95,11 @@ class MappedFile:
         self._fd: int | None = None
         self._dirty_from = size
         self._dirty_to = 0
+        self._written_from = size  # the span written since the open (a private file's own bytes)
+        self._written_to = 0
         if private and create:
             self.buf = mmap.mmap(-1, size) if size else b""
+            self._written_from, self._written_to = 0, size  # memory, not the file's pages: never released
             return
         if create:
             _create_allocated(self.path, size)
@@ -122,13 +127,17 @@ class MappedFile:
         self.buf[pos:end] = data
         if pos < self._dirty_from:
             self._dirty_from = pos
+            self._written_from = min(self._written_from, pos)
         if end > self._dirty_to:
             self._dirty_to = end
+            self._written_to = max(self._written_to, end)
 
     def mark_dirty(self, pos: int, end: int) -> None:
         """Record a write made through another view of the mapping (a numpy array)."""
         self._dirty_from = min(self._dirty_from, pos)
         self._dirty_to = max(self._dirty_to, end)
+        self._written_from = min(self._written_from, pos)
+        self._written_to = max(self._written_to, end)
 
     def nonzero_bytes(self, pos: int) -> int:
         """How many bytes from `pos` to the end of the file are not zero (no copy is made)."""
@@ -181,10 +190,17 @@ class MappedFile:
         """Unmap this process's pages of [start, end) (whole pages inside it): the bytes stay in the
         page cache, written ones included, and a read maps them again. Meanwhile they do not count
         as the process's memory, which would otherwise grow with every page written or read back.
-        A private mapping keeps its pages: they are its only copy."""
+        A private mapping keeps the pages it wrote: they are their bytes' only copy."""
+        if self.private:
+            self._release_pages(start, min(end, self._written_from))
+            self._release_pages(max(start, self._written_to), end)
+        else:
+            self._release_pages(start, end)
+
+    def _release_pages(self, start: int, end: int) -> None:
         start = -(-max(start, 0) // PAGE) * PAGE
         end = min(end, self.size) // PAGE * PAGE
-        if self.private or end <= start or not isinstance(self.buf, mmap.mmap):
+        if end <= start or not isinstance(self.buf, mmap.mmap):
             return
         with contextlib.suppress(ValueError):  # closed meanwhile (retention dropped the file): nothing to release
             self.buf.madvise(mmap.MADV_DONTNEED, start, end - start)

@@ -2,7 +2,8 @@
 
 Each structure is walked once. The commit log goes segment by segment through the compiled CRC
 walk and scanner, which keep a few packed numbers per record (no object per record); then each
-consume queue and each index file is read as arrays and compared with those. A record is decoded
+consume queue and each index file is read as arrays and compared with those, a file or a window
+at a time, its pages released once read: what stays is the packed numbers. A record is decoded
 in Python only where the compiled code declines it or a problem needs its text. The findings,
 and their order, are those of store.projections.check_reference, the plain per-record check."""
 
@@ -24,7 +25,8 @@ from store.projections.dispatch import BatchScanner, index_keys_of
 from store.projections.index import index_key
 
 MAX_PROBLEMS = 100
-WALK_WINDOW = 64 << 20  # commit log bytes walked between releases of their pages
+WALK_WINDOW = 32 << 20  # commit log bytes walked between releases of their pages
+INDEX_WINDOW = 1 << 18  # index entries (or slots) compared between releases of their pages
 ANY_TIME = 2**63 - 1
 LOW_32 = 0xFFFFFFFF
 
@@ -57,7 +59,7 @@ class CheckReport:
 class LogRecords:
     """The readable records of the commit log in its order, as packed fields."""
 
-    fields: np.ndarray  # SCANNED_RECORD; `phys` is the offset a record states
+    fields: np.ndarray  # SCANNED_RECORD (only `phys` after keep_only_phys); `phys`: the offset a record states
     at: np.ndarray  # int64: where each record sits
     keys: np.ndarray  # SCANNED_KEY: index hashes of topic#key, `record` numbering rows of `fields`
     topic_ids: dict[bytes, int]
@@ -74,13 +76,22 @@ class LogRecords:
     def topic(self, row: int) -> str:
         return self.topic_names[int(self.fields["topic_id"][row])].decode("utf-8")
 
+    def keep_only_phys(self) -> None:
+        """Let go of every field but `phys`, and of the tags codes: the index pass reads no other."""
+        phys = np.empty(len(self.fields), dtype=[("phys", "=i8")])
+        phys["phys"] = self.fields["phys"]
+        self.fields = phys
+        self.tags_codes = None
+
 
 def check_store(store) -> CheckReport:
     report = CheckReport()
     log = _check_commitlog(store, report)
     log.tags_codes = _expected_tags_codes(store, log)
     _check_queues(store, log, report)
-    _check_index(store, log, report)
+    indexed = IndexedKeys.of(log)
+    log.keep_only_phys()
+    _check_index(store, log, indexed, report)
     return report
 
 
@@ -358,64 +369,65 @@ class IndexedKeys:
             np.array_equal(entries["phys_offset"], self.log.at[keys["record"]]))
 
 
-def _check_index(store, log: LogRecords, report: CheckReport) -> None:
-    indexed = IndexedKeys.of(log)
+def _check_index(store, log: LogRecords, indexed: IndexedKeys, report: CheckReport) -> None:
     own_keys = None
     as_dispatched = 0  # how many keys the files hold in dispatch's order, when all do so far; -1 once one does not
     for f in store.index.files:
         report.index_entries += f.used_entries
-        entries = _counted_entries(f, report)
-        if as_dispatched >= 0 and indexed.are(as_dispatched, entries):
-            as_dispatched += len(entries)
-            for i in np.flatnonzero(_chaining_forward(entries)).tolist():
-                _report_forward_chain(f, entries, i, report)
-        else:
+        for first, entries in _counted_entries(f, report):
+            if as_dispatched >= 0 and indexed.are(as_dispatched, entries):
+                as_dispatched += len(entries)
+                for i in np.flatnonzero(_chaining_forward(first, entries)).tolist():
+                    _report_forward_chain(f, first + i, int(entries["prev_index"][i]), report)
+                continue
             as_dispatched = -1
             if own_keys is None:
                 own_keys = np.sort((log.keys["record"].astype(np.int64) << 32) | (
                     log.keys["hash"].astype(np.int64) & LOW_32))
-            _check_entries(f, entries, log, own_keys, store.commitlog.min_offset, report)
-        del entries
-        f.file.release(0, f.file.size)
+            _check_entries(f, first, entries, log, own_keys, store.commitlog.min_offset, report)
     if as_dispatched == len(indexed) and np.array_equal(log.fields["phys"], log.at) and _all_reachable(store):
         return  # every key has its entry, each found by a query
     _report_unfindable_keys(store, log, indexed, report)
 
 
-def _counted_entries(f, report: CheckReport) -> np.ndarray:
-    """The entries the file's header counts, those inside the file when it counts more."""
+def _counted_entries(f, report: CheckReport) -> Iterator[tuple[int, np.ndarray]]:
+    """The entries the file's header counts, those inside the file when it counts more, a
+    window at a time: (number of its first entry, entries viewing the file). The pages of each
+    window are released once the caller asks for the next."""
     room = f.entries - 1  # entry 0 is never used
-    if f.used_entries <= room:
-        return f.used()
-    report.problem(f"index {f.path.name} counts {f.used_entries} entries, more than the {room} it has room for")
-    return f.entries_numbered(np.arange(1, room + 1))
+    if f.used_entries > room:
+        report.problem(f"index {f.path.name} counts {f.used_entries} entries, more than the {room} it has room for")
+    stop = min(f.used_entries, room) + 1
+    for first in range(1, stop, INDEX_WINDOW):
+        yield first, f.numbered_from(first, min(first + INDEX_WINDOW, stop))
+        f.file.release(0, f.file.size)
 
 
-def _check_entries(f, entries: np.ndarray, log: LogRecords, own_keys: np.ndarray, min_offset: int,
+def _check_entries(f, first: int, entries: np.ndarray, log: LogRecords, own_keys: np.ndarray, min_offset: int,
                    report: CheckReport) -> None:
     phys = entries["phys_offset"].astype(np.int64)
     rows, found = log.rows_at(phys)
     not_record = ~found & (phys >= min_offset)  # below: its segment was deleted by retention
     foreign = found & ~_member(own_keys, (rows << 32) | (entries["key_hash"].astype(np.int64) & LOW_32))
-    forward = found & _chaining_forward(entries)
+    forward = found & _chaining_forward(first, entries)
     for i in np.flatnonzero(not_record | foreign | forward).tolist():
         if report.full:
             return
         if not_record[i]:
-            report.problem(f"index {f.path.name} entry {i + 1} points at {int(phys[i])}, which is not a record")
+            report.problem(f"index {f.path.name} entry {first + i} points at {int(phys[i])}, which is not a record")
             continue
         if foreign[i]:
-            report.problem(f"index {f.path.name} entry {i + 1} hash matches none of the record's keys")
+            report.problem(f"index {f.path.name} entry {first + i} hash matches none of the record's keys")
         if forward[i]:
-            _report_forward_chain(f, entries, i, report)
+            _report_forward_chain(f, first + i, int(entries["prev_index"][i]), report)
 
 
-def _chaining_forward(entries: np.ndarray) -> np.ndarray:
-    return entries["prev_index"] >= np.arange(1, len(entries) + 1)
+def _chaining_forward(first: int, entries: np.ndarray) -> np.ndarray:
+    return entries["prev_index"] >= np.arange(first, first + len(entries))
 
 
-def _report_forward_chain(f, entries: np.ndarray, i: int, report: CheckReport) -> None:
-    report.problem(f"index {f.path.name} entry {i + 1} chains forward to {int(entries['prev_index'][i])}")
+def _report_forward_chain(f, number: int, prev: int, report: CheckReport) -> None:
+    report.problem(f"index {f.path.name} entry {number} chains forward to {prev}")
 
 
 def _queried_files(store) -> Iterator:
@@ -433,9 +445,11 @@ def _all_reachable(store) -> bool:
     if len(files) != len(store.index.files):
         return False
     for f in files:
-        numbers = f.reachable()
+        if f.chains_as_put(INDEX_WINDOW):
+            continue
+        flags = f.reachable_flags()
         f.file.release(0, f.file.size)
-        if np.count_nonzero(numbers <= f.used_entries) != f.used_entries:
+        if np.count_nonzero(flags[: f.used_entries + 1]) != f.used_entries:
             return False
     return True
 

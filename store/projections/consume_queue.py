@@ -63,10 +63,12 @@ class ConsumeQueue:
         return np.frombuffer(f.buf, dtype=UNIT_DTYPE)
 
     def _scan_max(self) -> int:
-        """Units count up to the first unwritten one (RocketMQ stops at the first empty unit)."""
+        """Units count up to the first unwritten one (RocketMQ stops at the first empty unit).
+        The pages read are released: a large queue is not held in memory for being opened."""
         for i, f in enumerate(self._files):
             units = self._units(f)
             bad = np.flatnonzero((units["size"] <= 0) | (units["phys"] < 0))
+            f.release(0, f.size)
             if len(bad):
                 return self._first_unit + i * self.units_per_file + int(bad[0])
         return self._first_unit + len(self._files) * self.units_per_file
@@ -118,7 +120,8 @@ class ConsumeQueue:
 
     def unit_arrays(self) -> Iterator[tuple[int, np.ndarray]]:
         """The units from min_offset to max_offset, as `units` reads them, one array (UNIT_DTYPE,
-        a view of the file) per file: (queue offset of its first unit, units)."""
+        a view of the file) per file: (queue offset of its first unit, units). A file's pages are
+        released once the caller asks for the next file: its array is not to be kept."""
         offset = self.min_offset
         while offset < self.max_offset:
             located = self._file_for(offset, create=False)
@@ -129,6 +132,7 @@ class ConsumeQueue:
             units = self._units(f)[first : first + self.max_offset - offset]
             yield offset, units
             offset += len(units)
+            f.release(0, f.size)
 
     def put(self, queue_offset: int, phys: int, size: int, tags_code: int) -> bool:
         """Write a unit; idempotent: a unit already written at that offset is left alone."""

@@ -135,14 +135,18 @@ class BatchScanner:
         return ScannedBatch(records, keys, self.topic_ids, self.topic_names)
 
 
-def _joined(parts: list[np.ndarray], dtype: np.dtype, group: int = 1024) -> np.ndarray:
-    """The parts in one array, let go a group at a time once copied: a long scan's memory is
-    not held twice."""
+def _joined(parts: list[np.ndarray], dtype: np.dtype, group_bytes: int = 4 << 20) -> np.ndarray:
+    """The parts in one array, let go a group of about `group_bytes` at a time once copied: a
+    long scan's memory is not held twice."""
     joined = np.empty(sum(len(part) for part in parts), dtype=dtype)
     at = len(joined)
     while parts:  # from the last group back, so that each one copied leaves the list
-        some = parts[-group:]
-        del parts[-group:]
+        taken = size = 0
+        while taken < len(parts) and size < group_bytes:
+            taken += 1
+            size += parts[-taken].nbytes
+        some = parts[-taken:]
+        del parts[-taken:]
         count = sum(len(part) for part in some)
         np.concatenate(some, out=joined[at - count : at])
         at -= count

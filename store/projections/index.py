@@ -100,12 +100,55 @@ class IndexFile:
             self.slot_count = int(np.count_nonzero(heads))
             self._write_header()
 
-    def reachable(self) -> np.ndarray:
-        """The numbers of the entries `select` can yield for a query from time 0 on: those on the
-        chain from the slot of their own hash, by select's rules. Entry `index_count`, just past
-        the counted ones, is among them when a slot's chain leads to it, as select finds it."""
+    def numbered_from(self, first: int, stop: int) -> np.ndarray:
+        """The entries (ENTRY_DTYPE) numbered `first` to `stop` (excluded), a view of the file; all inside it."""
+        return np.frombuffer(self.file.buf, dtype=ENTRY_DTYPE, count=max(0, stop - first),
+                             offset=self._entries_at + first * INDEX_ENTRY.size)
+
+    def reachable_flags(self) -> np.ndarray:
+        """One byte per entry number, from 0 on: 1 for an entry `select` can yield for a query
+        from time 0 on, one on the chain from the slot of its own hash, by select's rules. Entry
+        `index_count`, just past the counted ones, is among them when a slot's chain leads to it,
+        as select finds it."""
         reachable = index_reachable(self.file.buf, self._layout, self.slots, self.index_count, self.begin_timestamp)
-        return np.flatnonzero(np.frombuffer(reachable, dtype=np.uint8))
+        return np.frombuffer(reachable, dtype=np.uint8)
+
+    def reachable(self) -> np.ndarray:
+        """The numbers of the entries reachable_flags marks."""
+        return np.flatnonzero(self.reachable_flags())
+
+    def chains_as_put(self, window: int) -> bool:
+        """Whether the chains are those put_many builds: each counted entry inside the file
+        chains to the one before it of the same slot (0 for the first), each slot with entries
+        heads its last one, and no entry is dated before time 0. Then `select` from time 0 on
+        reaches every counted entry. Read in order, `window` entries or slots at a time, each
+        window's pages released: not the random reads of reachable_flags' walk."""
+        used = self.used_entries
+        if used > self.entries - 1:
+            return False
+        last = np.zeros(self.slots, dtype=np.int32)  # each slot's latest entry so far
+        for first in range(1, used + 1, window):
+            entries = self.numbered_from(first, min(first + window, used + 1))
+            earliest = int(entries["time_diff"].min())
+            if earliest < 0 or self.begin_timestamp + earliest * 1000 < 0:
+                return False
+            slots = entries["key_hash"].astype(np.int64) % self.slots
+            order = np.argsort(slots, kind="stable")
+            slots = slots[order]
+            numbers = order.astype(np.int32) + first
+            opens = np.r_[True, slots[1:] != slots[:-1]]  # the first of its slot in the window
+            if not np.array_equal(entries["prev_index"][order], np.where(opens, last[slots], np.r_[0, numbers[:-1]])):
+                return False
+            closes = np.r_[opens[1:], True]
+            last[slots[closes]] = numbers[closes]
+            self.file.release(0, self._entries_at + (first + len(entries)) * INDEX_ENTRY.size)
+        table = np.frombuffer(self.file.buf, dtype=">i4", count=self.slots, offset=INDEX_HEADER.size)
+        for first in range(0, self.slots, window):
+            heads, latest = table[first : first + window], last[first : first + window]
+            if not np.array_equal(heads[latest != 0], latest[latest != 0]):
+                return False
+            self.file.release(0, INDEX_HEADER.size + (first + len(heads)) * INDEX_SLOT.size)
+        return True
 
     def entries_numbered(self, numbers: np.ndarray) -> np.ndarray:
         """The entries (ENTRY_DTYPE) of these numbers, each inside the file."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 import mmap
 from pathlib import Path
 
+import numpy as np
+
 from store.engine.lifecycle import RESIDENT_INDEX_TAIL_BYTES, RESIDENT_TAIL_BYTES
 from store.log.mapped_file import MappedFile
 from store.message_store import MessageStore, NewMessage
@@ -39,13 +41,33 @@ def test_released_pages_leave_the_process_and_keep_their_bytes(tmp_path):
     assert (tmp_path / "00000000000000000000").read_bytes() == data
 
 
-def test_a_private_mapping_keeps_its_pages(tmp_path):
+def test_a_private_mapping_keeps_the_pages_it_wrote_and_gives_back_the_others(tmp_path):
     path = tmp_path / "00000000000000000000"
-    MappedFile(path, SIZE, writable=True, create=True).close()
+    on_disk = bytes(range(256)) * (SIZE // 256)
+    path.write_bytes(on_disk)
     private = MappedFile(path, SIZE, writable=False, private=True)
-    private.buf[:mmap.PAGESIZE] = b"\1" * mmap.PAGESIZE  # only in this process's memory
+    page = mmap.PAGESIZE
+    private.write(3 * page + 10, b"\1" * page)  # only in this process's memory, across two pages
+    grid = np.frombuffer(private.buf, dtype=np.uint8)
+    grid[7 * page : 8 * page] = 2  # through another view, as the index writes
+    private.mark_dirty(7 * page, 8 * page)
+    del grid
+    assert bytes(private.buf) != on_disk and resident_kib(path) * 1024 >= SIZE  # every page read
     private.release_before(SIZE)
-    assert private.buf[:mmap.PAGESIZE] == b"\1" * mmap.PAGESIZE
+    assert resident_kib(path) * 1024 <= 5 * page  # the pages written, from the first to the last
+    expected = bytearray(on_disk)
+    expected[3 * page + 10 : 4 * page + 10] = b"\1" * page
+    expected[7 * page : 8 * page] = b"\2" * page
+    assert bytes(private.buf) == bytes(expected)  # the others read back from the file
+    private.close()
+    assert path.read_bytes() == on_disk
+
+
+def test_a_private_file_created_in_memory_keeps_every_page(tmp_path):
+    private = MappedFile(tmp_path / "00000000000000000000", SIZE, writable=False, create=True, private=True)
+    private.buf[:4] = b"kept"  # no file behind it: memory the release must not zero
+    private.release_before(SIZE)
+    assert private.buf[:4] == b"kept" and not (tmp_path / "00000000000000000000").exists()
     private.close()
 
 

@@ -4,9 +4,14 @@ the same order, on clean stores and on stores damaged in each way the check look
 
 from __future__ import annotations
 
+import json
+import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -21,6 +26,7 @@ from store.format.layouts import (
     HOST_V4,
     HOST_V6,
     INDEX_ENTRY,
+    INDEX_ENTRY_FIELDS,
     INDEX_HEADER,
     INDEX_SLOT,
     MAGIC_V1,
@@ -28,9 +34,12 @@ from store.format.layouts import (
     RECORD_HEAD,
     RECORD_TAIL,
     STORE_TIMESTAMP,
+    field_offset,
 )
 from store.format.recordio import crc_walk, index_reachable, record_layout
+from store.log.geometry import StoreGeometry
 from store.message_store import MessageStore, NewMessage, StoreConfig
+from store.projections import check
 from store.projections.check import MAX_PROBLEMS, check_store
 from store.projections.check_reference import check_store_reference
 from store.projections.index import IndexFile
@@ -81,6 +90,13 @@ def written(tmp_path) -> tuple[Path, list]:
     return store_dir, results
 
 
+@pytest.fixture(params=[None, 4], ids=["index read whole", "index read 4 entries at a time"])
+def index_window(request, monkeypatch):
+    """The index compared a window at a time: problems found across windows are those found at once."""
+    if request.param is not None:
+        monkeypatch.setattr(check, "INDEX_WINDOW", request.param)
+
+
 def _open(store_dir: Path, **config) -> MessageStore:
     return MessageStore.open(store_dir, small_config(**config), read_only=True)
 
@@ -115,7 +131,7 @@ def _index_file(store_dir: Path, number: int) -> Path:
     return sorted((store_dir / "index").iterdir())[number]
 
 
-def test_a_clean_store_is_consistent_in_both_checks(written):
+def test_a_clean_store_is_consistent_in_both_checks(written, index_window):
     store_dir, results = written
     with _open(store_dir) as store:
         report = both(store)
@@ -186,7 +202,7 @@ def test_scheduled_units_checked_against_another_delay_table(written):
     assert report.problems and all("--delay-levels" in p for p in report.problems)
 
 
-def test_index_entries_damaged(written):
+def test_index_entries_damaged(written, index_window):
     store_dir, results = written
     path = _index_file(store_dir, 2)
     _patch(path, _entry_at(3), (12345).to_bytes(4, "big"))  # a hash no key of its record has
@@ -214,7 +230,7 @@ def test_an_emptied_slot_table_hides_keys_and_long_lists_are_cut(written):
     assert "is not found in the index under" in report.problems[0]
 
 
-def test_an_index_header_counting_past_its_file_is_reported_not_a_crash(written):
+def test_an_index_header_counting_past_its_file_is_reported_not_a_crash(written, index_window):
     """The reference fails reading past the file; the check says so and checks what is there."""
     store_dir, _ = written
     path = _index_file(store_dir, 1)
@@ -242,6 +258,47 @@ def test_an_empty_store(tmp_path):
     with _open(tmp_path / "store") as store:
         report = both(store)
     assert (report.ok, report.records, report.queue_units, report.index_entries) == (True, 0, 0, 0)
+
+
+# -- memory ------------------------------------------------------------------------------------------
+BIG_FILES = StoreGeometry(commitlog_file_size=256 << 20, cq_file_size=40 << 20, index_slots=5_000_000,
+                          index_entries=400_000)
+CHECK_PEAK_BOUND_MIB = 200  # expected about 100 (the interpreter and numpy included); each file read kept: near 300
+CHECK_IN_A_PROCESS = """
+import json, sys
+from pathlib import Path
+from store.log.geometry import StoreGeometry
+from store.message_store import MessageStore, StoreConfig
+from store.projections.check import check_store
+
+geometry = StoreGeometry(**json.loads(sys.argv[2]))
+with MessageStore.open(Path(sys.argv[1]), StoreConfig(geometry=geometry), read_only=True) as store:
+    report = check_store(store)
+peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"records": report.records, "problems": report.problems, "peak_kib": int(peak.split()[1])}))
+"""
+
+
+def test_the_check_gives_back_the_pages_it_reads(tmp_path):
+    """A store whose files hold more than the bound (a 256 MiB segment about half written,
+    four 40 MiB queue files read whole at the open, an index of 20 MB of slots): the check's
+    process stays under it, every file's pages given back once read."""
+    store_dir = tmp_path / "store"
+    body = bytes(range(256)) * 40
+    try:
+        with MessageStore.open(store_dir, small_config(geometry=BIG_FILES, flush="async")) as store:
+            for start in range(0, 12_000, 500):
+                store.put_many([NewMessage("Big", body, keys=[f"k{n}", f"g{n}"], queue_id=n % 4)
+                                for n in range(start, start + 500)])
+        geometry = {name: getattr(BIG_FILES, name) for name in ("commitlog_file_size", "cq_file_size", "index_slots",
+                                                                "index_entries")}
+        done = subprocess.run([sys.executable, "-c", CHECK_IN_A_PROCESS, str(store_dir), json.dumps(geometry)],
+                              capture_output=True, text=True, timeout=300, check=True)
+    finally:
+        shutil.rmtree(store_dir, ignore_errors=True)  # half a gigabyte on disk
+    result = json.loads(done.stdout)
+    assert (result["records"], result["problems"]) == (12_000, [])
+    assert result["peak_kib"] < CHECK_PEAK_BOUND_MIB * 1024, result
 
 
 @st.composite
@@ -374,6 +431,51 @@ def test_reachable_entries_are_those_select_yields(tmp_path_factory, drawn):
             assert f.entries_numbered(numbers)["phys_offset"].tolist() == numbers.tolist()
     finally:
         f.close()
+
+
+@st.composite
+def put_index_files(draw) -> tuple[IndexFile, list[tuple[str, int, int]]]:
+    """An index file written by put_many, its chains as put, then maybe a few of its numbers
+    changed: (slot or entry field, which one, the new value)."""
+    slots, entries = draw(st.integers(1, 6)), draw(st.integers(2, 14))
+    hashes = draw(st.lists(st.integers(0, 2**31 - 1), max_size=entries - 1))  # as index_key_hash gives
+    begin = draw(st.sampled_from([0, 1_700_000_000_000]))
+    fields = st.sampled_from(["slot", "key_hash", "time_diff", "prev_index"])
+    changes = draw(st.lists(st.tuples(fields, st.integers(0, 20), st.integers(-3, entries + 1)), max_size=2))
+    return slots, entries, hashes, begin, changes
+
+
+@settings(max_examples=300, deadline=None)
+@given(put_index_files(), st.integers(1, 4))
+def test_chains_as_put_are_reached_whole(tmp_path_factory, drawn, window):
+    """The check counts every entry reachable without the walk only when the chains are as put
+    built them: then the walk reaches every counted entry."""
+    slots, entries, hashes, begin, changes = drawn
+    path = tmp_path_factory.mktemp("index") / "00000000000000000000"
+    f = IndexFile(path, slots, entries, writable=True, create=True)
+    count = len(hashes)
+    f.put_many(np.array(hashes, dtype=np.int64), np.arange(count, dtype=np.int64) * 100,
+               begin + np.arange(count, dtype=np.int64) * 1500)
+    f.close()
+    for name, which, value in changes:
+        if name == "slot":
+            _patch(path, INDEX_HEADER.size + which % slots * INDEX_SLOT.size, value.to_bytes(4, "big", signed=True))
+        elif count:
+            at = _entry_at_of(slots, 1 + which % count) + field_offset(INDEX_ENTRY_FIELDS, name)
+            _patch(path, at, value.to_bytes(4, "big", signed=True))
+    f = IndexFile(path, slots, entries, writable=False)
+    try:
+        as_put = f.chains_as_put(window)
+        event("as put" if as_put else "changed chains")
+        assert as_put or changes
+        if as_put:
+            assert np.count_nonzero(f.reachable_flags()[: count + 1]) == count
+    finally:
+        f.close()
+
+
+def _entry_at_of(slots: int, number: int) -> int:
+    return INDEX_HEADER.size + slots * INDEX_SLOT.size + number * INDEX_ENTRY.size
 
 
 def test_index_reachable_refuses_a_geometry_that_does_not_fit():
