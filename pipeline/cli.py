@@ -5,14 +5,16 @@ run again whenever the store grows, until stopped (pipeline.follow)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from pipeline.jobs import FOLLOW_JOBS, JOBS
+from pipeline.jobs import ALL_JOBS, FOLLOW_JOBS, QUERY_JOBS
 from pipeline.output_folder import check_output_folder
 from store.log.geometry import DEFAULT_CQ_FILE_SIZE, DEFAULT_INDEX_ENTRIES, DEFAULT_INDEX_SLOTS, StoreGeometry
 
@@ -22,7 +24,7 @@ EXIT_FAILED = 1
 
 @app.command("run")
 def run(
-    job: Annotated[str, typer.Argument(help=f"The job: {', '.join(JOBS)}.")],
+    job: Annotated[str, typer.Argument(help=f"The job: {', '.join(ALL_JOBS)}.")],
     store: Annotated[Path, typer.Option("--store", help="The store directory (read-only; a RocketMQ store too).")],
     out: Annotated[Path, typer.Option("--out", help="The folder the job writes to: a new or empty one, or an "
                                       "earlier output of the same job (replaced).")],
@@ -57,13 +59,24 @@ def run(
     = False,
     trigger_seconds: Annotated[int, typer.Option(
         "--trigger-seconds", min=1, max=86_400, help="With --follow: look for new records this often.")] = 10,
+    text: Annotated[str | None, typer.Option(
+        "--text", help="content-search: the text to find (a regular expression with --regex).")] = None,
+    regex: Annotated[bool, typer.Option("--regex", help="content-search: --text is a regular expression.")] = False,
+    look_in: Annotated[str, typer.Option(
+        "--in", help="content-search: body, properties or both.")] = "both",
+    topics: Annotated[list[str] | None, typer.Option(
+        "--topic", help="content-search: only this topic (repeat for more); default every topic.")] = None,
+    since: Annotated[str | None, typer.Option(
+        "--since", help="content-search: stored at or after (ISO 8601, UTC unless it says, or epoch ms).")] = None,
+    until: Annotated[str | None, typer.Option(
+        "--until", help="content-search: stored at or before (ISO 8601, UTC unless it says, or epoch ms).")] = None,
     checkpoint: Annotated[Path | None, typer.Option(
         "--checkpoint", help="With --follow: the streaming query's checkpoint folder (default: .OUT.checkpoint "
         "beside --out).")] = None,
 ) -> None:
     """Run a job over a store's files and print a one-line summary."""
-    if job not in JOBS:
-        raise typer.BadParameter(f"unknown job {job!r}: use one of {', '.join(JOBS)}", param_hint="JOB")
+    if job not in ALL_JOBS:
+        raise typer.BadParameter(f"unknown job {job!r}: use one of {', '.join(ALL_JOBS)}", param_hint="JOB")
     if not (store / "commitlog").is_dir():
         raise typer.BadParameter(f"{store} is not a store: it has no commitlog directory", param_hint="--store")
     from pipeline.options import SourceOptions
@@ -71,6 +84,15 @@ def run(
     from pipeline.session import job_session
     from pipeline.status import ProgressBar
 
+    job_args = {}
+    if job in QUERY_JOBS:
+        try:
+            job_args["query"] = content_query(text, regex, look_in, topics or [], since, until)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    elif any(v is not None for v in (text, topics, since, until)) or regex or look_in != "both":
+        raise typer.BadParameter(f"--text, --regex, --in, --topic, --since and --until are for "
+                                 f"{', '.join(QUERY_JOBS)}, not {job}")
     if follow and job not in FOLLOW_JOBS:
         raise typer.BadParameter(f"--follow is for {', '.join(sorted(FOLLOW_JOBS))}, not {job}", param_hint="--follow")
     try:
@@ -90,7 +112,7 @@ def run(
         _follow(job, source, out, master, checkpoint, trigger_seconds, status, ProgressBar() if show_bar else None)
         return
     final = run_job(job, source, out, partial(job_session, master), status_path=status,
-                    bar=ProgressBar() if show_bar else None)
+                    bar=ProgressBar() if show_bar else None, job_args=job_args)
     for skipped in final.skipped:
         print(f"skipped {skipped['file']} at position {skipped['position']}: {skipped['length']} bytes "
               f"({skipped['reason']})", file=sys.stderr)
@@ -98,6 +120,48 @@ def run(
         print(f"{job} failed: {final.error}", file=sys.stderr)
         raise typer.Exit(EXIT_FAILED)
     print(final.summary)
+
+
+MAX_QUERY_CHARS = 1000
+PLACES = {"body": (True, False), "properties": (False, True), "both": (True, True)}
+
+
+def _moment_ms(text: str, option: str) -> int:
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{option} is an ISO 8601 time (2026-11-27T10:00) or epoch milliseconds, not {text[:40]!r}")\
+            from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def content_query(text: str | None, regex: bool, look_in: str, topics: list[str], since: str | None,
+                  until: str | None):
+    """The content-search job's query from its options, or ValueError in words."""
+    from store.search.matching import ContentQuery, Matcher
+
+    if not text:
+        raise ValueError("content-search needs --text: the text to find")
+    if len(text) > MAX_QUERY_CHARS:
+        raise ValueError(f"--text is at most {MAX_QUERY_CHARS} characters")
+    if look_in not in PLACES:
+        raise ValueError(f"--in is one of {', '.join(PLACES)}, not {look_in[:40]!r}")
+    in_body, in_properties = PLACES[look_in]
+    begin = _moment_ms(since, "--since") if since else 0
+    end = _moment_ms(until, "--until") if until else 2**63 - 1
+    if begin > end:
+        raise ValueError("--since is after --until")
+    query = ContentQuery(text, regex, in_body, in_properties, tuple(topics), begin, end)
+    try:
+        Matcher(query)
+    except re.error as exc:
+        raise ValueError(f"--text is not a regular expression Python reads: {exc}") from None
+    return query
 
 
 def _follow(job: str, source, out: Path, master: str, checkpoint: Path | None, trigger_seconds: int,

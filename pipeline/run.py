@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline.jobs import DELAY_TABLE_JOBS, JOBS
+from pipeline.jobs import ALL_JOBS, DELAY_TABLE_JOBS
 from pipeline.options import SourceOptions
 from pipeline.output_folder import mark_output
 from pipeline.progress import read_scan_progress
@@ -23,9 +23,9 @@ MAX_REPORTED_RANGES = 100
 
 
 def job_main(name: str) -> Callable:
-    if name not in JOBS:
-        raise ValueError(f"unknown job {name!r}: use one of {', '.join(JOBS)}")
-    return importlib.import_module(JOBS[name]).main
+    if name not in ALL_JOBS:
+        raise ValueError(f"unknown job {name!r}: use one of {', '.join(ALL_JOBS)}")
+    return importlib.import_module(ALL_JOBS[name]).main
 
 
 def error_in_words(exc: BaseException) -> str:
@@ -90,8 +90,9 @@ class Watcher(threading.Thread):
 
 
 def run_job(name: str, source: SourceOptions, out: Path, spark_factory: Callable, *,
-            status_path: Path | None = None, bar: ProgressBar | None = None) -> JobStatus:
-    """Run job `name` and return its final status (state succeeded or failed)."""
+            status_path: Path | None = None, bar: ProgressBar | None = None, job_args: dict | None = None) -> JobStatus:
+    """Run job `name` and return its final status (state succeeded or failed). `job_args` are
+    passed to the job's main (the content search's query)."""
     main = job_main(name)
     status = JobStatus(job=name)
 
@@ -115,7 +116,7 @@ def run_job(name: str, source: SourceOptions, out: Path, spark_factory: Callable
             watcher = Watcher(spark, status, progress_dir, publish, job_group)
             watcher.start()
             try:
-                counts = main(spark, replace(source, progress_dir=progress_dir), out)
+                counts = main(spark, replace(source, progress_dir=progress_dir), out, **(job_args or {}))
             finally:
                 watcher.stop()
                 watcher.poll()
