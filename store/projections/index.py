@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from store.errors import ReadOnlyStoreError
+from store.errors import ReadOnlyStoreError, StoreError
 from store.format.javahash import index_key_hash
 from store.format.layouts import INDEX_ENTRY, INDEX_ENTRY_FIELDS, INDEX_HEADER, INDEX_SLOT, field_offset
 from store.format.recordio import index_put, index_reachable
@@ -38,6 +38,10 @@ class IndexFile:
          self.slot_count, self.index_count) = INDEX_HEADER.unpack_from(self.file.buf, 0)
         if self.index_count <= 0:
             self.index_count = 1
+        if writable and not create and self.index_count > entries:
+            raise StoreError(f"index file {path.name} is damaged: its header counts {self.index_count} entries, "
+                             f"the file holds at most {entries}. `mqlens store check` lists the damage, and "
+                             "`mqlens pipeline run projections` rebuilds the index files from the commit log")
         if create:
             self.begin_timestamp = self.end_timestamp = prev_end_timestamp
             self.begin_phys = self.end_phys = prev_end_phys

@@ -242,6 +242,14 @@ def test_an_index_header_counting_past_its_file_is_reported_not_a_crash(written,
     assert report.index_entries > 10**6
 
 
+def test_opening_read_write_refuses_an_index_header_counting_past_its_file_in_words(written):
+    store_dir, _ = written
+    path = _index_file(store_dir, 1)
+    _patch(path, INDEX_HEADER.size - 4, (10**6).to_bytes(4, "big"))
+    with pytest.raises(StoreError, match=rf"index file {path.name} is damaged: its header counts 1000000 entries"):
+        MessageStore.open(store_dir, small_config())
+
+
 def test_golden_stores_agree(golden_store_dir, golden_broker_dir):
     with MessageStore.open(golden_store_dir, StoreConfig(geometry=GOLDEN_GEOMETRY), read_only=True) as store:
         assert both(store).ok
