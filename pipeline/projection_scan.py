@@ -10,7 +10,7 @@ runs) into what that dispatch makes of it, kept in two part files for stage two:
 
 Records are verified as the data source verifies them: a compiled CRC walk vouches for a run
 of records before they are scanned, and every scanned record must hold its own offset. A
-record the compiled code leaves (damaged, torn, non-ASCII) is read by the Python walk's step,
+record the compiled code leaves (damaged, torn, not UTF-8) is read by the Python walk's step,
 which raises, skips and reports, or cuts a torn tail exactly as the data source does; a split
 where a record names another offset is read again wholly by that Python walk."""
 

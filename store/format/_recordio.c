@@ -459,12 +459,78 @@ static int32_t index_hash(uint32_t h)
     return v < 0 ? -v : v;
 }
 
-static int all_ascii(const unsigned char *s, Py_ssize_t n)
+/* Whether s is well-formed UTF-8 as Python's strict decoder reads it (no overlong forms, no
+ * encoded surrogates, nothing past U+10FFFF). */
+static int valid_utf8(const unsigned char *s, Py_ssize_t n)
 {
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (s[i] & 0x80)
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        Py_ssize_t more;
+        unsigned char low = 0x80, high = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF)
+            more = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            if (c == 0xE0)
+                low = 0xA0;
+            else if (c == 0xED)
+                high = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            if (c == 0xF0)
+                low = 0x90;
+            else if (c == 0xF4)
+                high = 0x8F;
+        } else
             return 0;
+        if (n - i <= more || s[i + 1] < low || s[i + 1] > high)
+            return 0;
+        for (Py_ssize_t k = 2; k <= more; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+        i += more + 1;
+    }
     return 1;
+}
+
+/* String.hashCode continued over well-formed UTF-8 (valid_utf8), as Java hashes the UTF-16
+ * units of the decoded text: a code point past U+FFFF counts as its two surrogates. */
+static uint32_t utf8_java_hash(uint32_t h, const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        uint32_t cp;
+        if (c < 0x80) {
+            h = 31u * h + c;
+            i++;
+            continue;
+        }
+        if (c < 0xE0) {
+            cp = ((uint32_t)(c & 0x1F) << 6) | (s[i + 1] & 0x3F);
+            i += 2;
+        } else if (c < 0xF0) {
+            cp = ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
+            i += 3;
+        } else {
+            cp = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(s[i + 1] & 0x3F) << 12) |
+                 ((uint32_t)(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+            i += 4;
+        }
+        if (cp < 0x10000) {
+            h = 31u * h + cp;
+        } else {
+            cp -= 0x10000;
+            h = 31u * h + (0xD800u + (cp >> 10));
+            h = 31u * h + (0xDC00u + (cp & 0x3FF));
+        }
+    }
+    return h;
 }
 
 /* Integer.parseInt of a short ASCII value; NO_DELAY_LEVEL when it is not a number. */
@@ -590,10 +656,12 @@ static int topic_id_of(PyObject *ids, PyObject *names, const unsigned char *topi
 
 PyDoc_STRVAR(scan_records_doc,
 "scan_records(buf, pos, limit, layout, max_records, topic_ids, topic_names) -> (status, pos, records, keys)\n\n"
-"Scan well-formed ASCII records from `pos` up to `limit`. `records` packs one ScannedRecord per\n"
+"Scan well-formed records (topic and properties in UTF-8) from `pos` up to `limit`. `records`\n"
+"packs one ScannedRecord per\n"
 "record, `keys` one (record number, index hash of topic#key) per UNIQ_KEY and KEYS token.\n"
 "status: 0 reached limit, 1 BLANK at pos, 2 the record at pos needs the Python decoder\n"
-"(corrupt, non-ASCII or unknown magic), 3 max_records scanned.");
+"(corrupt, not UTF-8 or unknown magic), 3 max_records scanned. Hashes are Java's, over the\n"
+"UTF-16 units of the text.");
 
 static PyObject *scan_records(PyObject *self, PyObject *args)
 {
@@ -674,7 +742,7 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
             break;
         }
         const unsigned char *props = r + cursor;
-        if (!all_ascii(topic, topic_len) || !all_ascii(props, props_len)) {
+        if (!valid_utf8(topic, topic_len) || !valid_utf8(props, props_len)) {
             status = SCAN_SLOW;
             break;
         }
@@ -698,16 +766,16 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
             .queue_id = (int32_t)get_be(r + l.queue_id, 4),
             .sys_flag = (int32_t)sys_flag,
             .topic_id = last_topic_id,
-            .tags_hash = w.tags ? (int32_t)java_hash(0, w.tags, w.tags_len) : 0,
+            .tags_hash = w.tags ? (int32_t)utf8_java_hash(0, w.tags, w.tags_len) : 0,
             .delay_level = w.delay ? parse_level(w.delay, w.delay_len) : NO_DELAY_LEVEL,
         };
         if (!grow_append_raw(&records, &rec, sizeof(rec))) {
             out_of_memory = 1;
             break;
         }
-        uint32_t prefix = java_hash(java_hash(0, topic, topic_len), (const unsigned char *)"#", 1);
+        uint32_t prefix = java_hash(utf8_java_hash(0, topic, topic_len), (const unsigned char *)"#", 1);
         if (w.uniq) {
-            ScannedKey k = {(int32_t)count, index_hash(java_hash(prefix, w.uniq, w.uniq_len))};
+            ScannedKey k = {(int32_t)count, index_hash(utf8_java_hash(prefix, w.uniq, w.uniq_len))};
             if (!grow_append_raw(&keys, &k, sizeof(k))) {
                 out_of_memory = 1;
                 break;
@@ -721,7 +789,7 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
             while (i < w.keys_len && w.keys[i] != ' ')
                 i++;
             if (i > token) {
-                ScannedKey k = {(int32_t)count, index_hash(java_hash(prefix, w.keys + token, i - token))};
+                ScannedKey k = {(int32_t)count, index_hash(utf8_java_hash(prefix, w.keys + token, i - token))};
                 if (!grow_append_raw(&keys, &k, sizeof(k))) {
                     out_of_memory = 1;
                     break;
@@ -1604,45 +1672,6 @@ done:
 /* ---- recover: the record walk of commit log recovery ---- */
 
 enum { WALK_END = 0, WALK_BLANK = 1, WALK_ZEROS = 2, WALK_BAD = 3 };
-
-/* Whether `n` bytes are well-formed UTF-8 (what a strict decoder accepts: no overlong forms,
- * no surrogates, nothing past U+10FFFF, no cut sequence). */
-static int valid_utf8(const unsigned char *s, Py_ssize_t n)
-{
-    Py_ssize_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        Py_ssize_t more;
-        unsigned char lo = 0x80, hi = 0xBF; /* the range of the byte after the lead */
-        if (c >= 0xC2 && c <= 0xDF)
-            more = 1;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            more = 2;
-            if (c == 0xE0)
-                lo = 0xA0;
-            else if (c == 0xED)
-                hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            more = 3;
-            if (c == 0xF0)
-                lo = 0x90;
-            else if (c == 0xF4)
-                hi = 0x8F;
-        } else
-            return 0;
-        if (more > n - i - 1 || s[i + 1] < lo || s[i + 1] > hi)
-            return 0;
-        for (Py_ssize_t k = 2; k <= more; k++)
-            if ((s[i + k] & 0xC0) != 0x80)
-                return 0;
-        i += more + 1;
-    }
-    return 1;
-}
 
 /* Whether the record at `r`, `room` bytes before the end of its segment and `phys` in the log,
  * decodes as codec.decode would accept it (fields inside the record, topic and properties UTF-8,

@@ -1,8 +1,9 @@
 """Dispatch: project commit log records (bytes already on disk) into consume queues and index.
 
 Live writes and crash recovery run this same code; every step is idempotent. Records are
-scanned in batches by the compiled scanner; a record it declines (non-ASCII topic or
-properties, or a malformed one) goes through the Python decoder, which raises on corruption."""
+scanned in batches by the compiled scanner; a record it declines (a topic or properties that
+are not UTF-8, or a malformed record) goes through the Python decoder, which raises on
+corruption."""
 
 from __future__ import annotations
 

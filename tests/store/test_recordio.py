@@ -108,7 +108,7 @@ def test_encode_run_stops_where_a_blank_would_not_fit_and_rejects_bad_items():
 # -- scanning for dispatch -------------------------------------------------------------------
 property_names = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "CLUSTER", "X"])
 property_values = st.one_of(
-    st.text(st.sampled_from("ab Z9-+ é漢"), max_size=12),
+    st.text(st.sampled_from("ab Z9-+ é漢😀\u07ff\uffff"), max_size=12),
     st.sampled_from(["3", "-1", "+2", "0", "18", "99", "1234567890", "abc", " 4"]),
 )
 
@@ -116,7 +116,7 @@ property_values = st.one_of(
 @st.composite
 def dispatch_records(draw):
     topic = draw(st.one_of(st.text(st.sampled_from("abcXYZ019_-%|"), min_size=1, max_size=140),
-                           st.sampled_from(["SCHEDULE_TOPIC_XXXX", "Tópico"])))
+                           st.sampled_from(["SCHEDULE_TOPIC_XXXX", "Tópico", "話題😀"])))
     pairs = draw(st.lists(st.tuples(property_names, property_values), max_size=6))
     text = "\x02".join(f"{n}\x01{v}" for n, v in pairs)
     text += draw(st.sampled_from(["", "\x02", "\x02\x02ab", "\x02\x01x", "\x02q\x01"]))
@@ -174,6 +174,18 @@ def comparable(scanner: BatchScanner) -> tuple[list, list]:
 def test_scanner_reads_what_the_python_decoder_reads(records):
     buf = b"".join(raw_encode(r) for r in records)
     assert comparable(scan_compiled(buf)) == comparable(scan_reference(buf))
+
+
+def test_the_scanner_leaves_text_that_is_not_utf8_to_the_python_decoder():
+    good = codec.encode(StoredMessage(topic="T", queue_id=0, queue_offset=0, phys_offset=0, born_timestamp=1,
+                                      born_host=STORE_HOST, store_timestamp=2, store_host=STORE_HOST,
+                                      stored_body=b"b", properties={"KEYS": "k\u00e9y"}))
+    for bad in (b"\xc3\x28", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80", b"\xc3"):
+        at = good.index("k\u00e9y".encode())
+        record = good[:at] + bad + good[at + len(bad):]  # same length: 'k' 0xC3 0xA9 'y' is 4 bytes
+        record = record[:len(good)]
+        assert scan_records(record, 0, len(record), record_layout(), 10, {}, [])[:2] == (SCAN_SLOW, 0)
+    assert scan_records(good, 0, len(good), record_layout(), 10, {}, [])[:2] == (SCAN_END, len(good))
 
 
 def test_scanner_statuses():
