@@ -59,6 +59,9 @@ def run(
     = False,
     trigger_seconds: Annotated[int, typer.Option(
         "--trigger-seconds", min=1, max=86_400, help="With --follow: look for new records this often.")] = 10,
+    ship_code: Annotated[bool, typer.Option(
+        "--ship-code", help="Send mqlens's code with the job, for executors where it is not installed (they need "
+        "Python 3.11, pyarrow and numpy).")] = False,
     text: Annotated[str | None, typer.Option(
         "--text", help="content-search: the text to find (a regular expression with --regex).")] = None,
     regex: Annotated[bool, typer.Option("--regex", help="content-search: --text is a regular expression.")] = False,
@@ -109,9 +112,10 @@ def run(
         raise typer.BadParameter(str(exc), param_hint="--out") from None
     show_bar = sys.stderr.isatty() if progress is None else progress
     if follow:
-        _follow(job, source, out, master, checkpoint, trigger_seconds, status, ProgressBar() if show_bar else None)
+        _follow(job, source, out, master, checkpoint, trigger_seconds, status, ProgressBar() if show_bar else None,
+                ship_code)
         return
-    final = run_job(job, source, out, partial(job_session, master), status_path=status,
+    final = run_job(job, source, out, partial(job_session, master, ship_code), status_path=status,
                     bar=ProgressBar() if show_bar else None, job_args=job_args)
     for skipped in final.skipped:
         print(f"skipped {skipped['file']} at position {skipped['position']}: {skipped['length']} bytes "
@@ -165,7 +169,7 @@ def content_query(text: str | None, regex: bool, look_in: str, topics: list[str]
 
 
 def _follow(job: str, source, out: Path, master: str, checkpoint: Path | None, trigger_seconds: int,
-            status: Path | None, bar) -> None:
+            status: Path | None, bar, ship_code: bool = False) -> None:
     import threading
 
     from pipeline.follow import Follow, check_checkpoint, default_checkpoint, stop_on_signals
@@ -180,8 +184,8 @@ def _follow(job: str, source, out: Path, master: str, checkpoint: Path | None, t
           f"stop with Ctrl-C", file=sys.stderr)
     stopping = threading.Event()
     with stop_on_signals(stopping):
-        error = Follow(job, source, out, checkpoint, trigger_seconds, status, bar).run(partial(job_session, master),
-                                                                                       stopping)
+        error = Follow(job, source, out, checkpoint, trigger_seconds, status, bar).run(
+            partial(job_session, master, ship_code), stopping)
     if error is not None:
         print(f"{job} --follow failed: {error}", file=sys.stderr)
         raise typer.Exit(EXIT_FAILED)

@@ -7,24 +7,26 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from pyspark.sql import SparkSession
 
+from pipeline.executor_bundle import shipped_code
 from pipeline.source import CommitLogDataSource
 
 
 def spark_session(master: str = "local[*]", app_name: str = "mqlens-pipeline", shuffle_partitions: int = 8,
                   extra: dict[str, str] | None = None) -> SparkSession:
     local_ip = os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    python = workers_python(master, extra or {})
+    os.environ["PYSPARK_PYTHON"] = python  # what PySpark starts workers with; the setting alone is not enough
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
                .config("spark.sql.python.filterPushdown.enabled", "true")
                .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.pyspark.python", sys.executable)
+               .config("spark.pyspark.python", python)
                .config("spark.driver.bindAddress", local_ip)
                .config("spark.driver.host", local_ip))
     for key, value in (extra or {}).items():
@@ -32,6 +34,18 @@ def spark_session(master: str = "local[*]", app_name: str = "mqlens-pipeline", s
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")  # a failed job is reported once, in words, by the caller
     return register(spark)
+
+
+def workers_python(master: str, extra: dict[str, str]) -> str:
+    """The Python the executors run: the one `spark.pyspark.python` names, else on a cluster the
+    one PYSPARK_PYTHON names (the workers' own, which may live elsewhere), else this one (local
+    workers must import this project)."""
+    given = extra.get("spark.pyspark.python")
+    if given:
+        return given
+    if not master.startswith("local"):
+        return os.environ.get("PYSPARK_PYTHON") or sys.executable
+    return sys.executable
 
 
 def register(spark: SparkSession) -> SparkSession:
@@ -49,15 +63,18 @@ def register(spark: SparkSession) -> SparkSession:
 
 
 @contextmanager
-def job_session(master: str) -> Iterator[SparkSession]:
+def job_session(master: str, ship_code: bool = False) -> Iterator[SparkSession]:
     """A session for one job: the one already running in this process if any (left running),
-    else a new one, stopped afterwards."""
+    else a new one, stopped afterwards. With `ship_code`, a new session sends mqlens's code to
+    its executors (pipeline.executor_bundle), for workers where mqlens is not installed."""
     active = SparkSession.getActiveSession()
     if active is not None:
         yield register(active)
         return
-    spark = spark_session(master)
-    try:
-        yield spark
-    finally:
-        spark.stop()
+    with ExitStack() as stack:
+        extra = stack.enter_context(shipped_code()) if ship_code else None
+        spark = spark_session(master, extra=extra)
+        try:
+            yield spark
+        finally:
+            spark.stop()

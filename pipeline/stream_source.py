@@ -14,7 +14,11 @@ oldest segment left, logs a warning, and adds the bytes it could not read to the
 The records those bytes held cannot be counted: their files are gone.
 
 Options, besides the batch reader's: `starting_offset` (`earliest`, the default: the oldest
-record left; or `latest`: only records written after the query first starts)."""
+record left; or `latest`: only records written after the query first starts) and
+`max_bytes_per_trigger` (at most this many commit log bytes per micro-batch: a batch ends there,
+and the record that crosses it is the batch's, so a batch reads at least one record). With
+`Trigger.AvailableNow` the query reads what was written when it started, in batches of that size
+if set, and stops."""
 
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, SupportsTriggerAvailableNow
 
 from pipeline.segments import Segment, resync, segment_files
 from pipeline.source import CommitLogReader, SegmentSplit
@@ -150,13 +154,38 @@ def _tail_end(segment: Segment, pos: int, layout) -> int | None:
             pos = following  # damage in the middle of the log: the read fails or skips it
 
 
-class CommitLogStreamReader(DataSourceStreamReader):
+def _max_bytes(options: dict) -> int | None:
+    text = options.get("max_bytes_per_trigger")
+    if text is None:
+        return None
+    text = str(text).strip()
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError(f"option max_bytes_per_trigger is a positive number of bytes, not {text[:40]!r}")
+    return int(text)
+
+
+class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict, columns: tuple[str, ...] | None = None):
         self.batch = CommitLogReader(options, columns)  # plans splits and reads them: the batch source's rows
         self.store_dir: Path = self.batch.store_dir
         self.starting = str(options.get("starting_offset", "earliest")).strip().lower()
         if self.starting not in STARTS:
             raise ValueError(f"option starting_offset is earliest or latest, not {self.starting!r}")
+        self.max_bytes = _max_bytes(options)
+        self.target: int | None = None  # with Trigger.AvailableNow: the end of what was written at the start
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 (Spark's names)
+        return ReadAllAvailable() if self.max_bytes is None else ReadMaxBytes(self.max_bytes)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        self.target = self._written_end()
+
+    def _written_end(self) -> int:
+        segments = segment_files(self.store_dir)
+        if not segments:
+            return 0
+        with_data = [s for s in segments if _holds_data(s)] or segments[:1]
+        return readable_end(segments, with_data[-1].base)
 
     def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
         segments = segment_files(self.store_dir)
@@ -164,8 +193,7 @@ class CommitLogStreamReader(DataSourceStreamReader):
             return StreamOffset(0).as_dict()
         if self.starting == "earliest":
             return StreamOffset(segments[0].base).as_dict()
-        with_data = [s for s in segments if _holds_data(s)] or segments[:1]
-        return StreamOffset(readable_end(segments, with_data[-1].base)).as_dict()
+        return StreamOffset(self._written_end()).as_dict()
 
     def latestOffset(self, start: dict, limit: ReadLimit | None = None) -> dict:  # noqa: N802
         begin = StreamOffset.of(start)
@@ -173,8 +201,13 @@ class CommitLogStreamReader(DataSourceStreamReader):
         phys, lost = self._resume_at(begin, segments)
         if lost:
             log.warning("%s", RetentionGap(begin.phys, phys))
-        end = StreamOffset(readable_end(segments, phys), begin.lost_bytes + lost)
-        return start if end.phys == begin.phys and not lost else end.as_dict()
+        end = readable_end(segments, phys)
+        if self.target is not None:
+            end = min(end, max(self.target, phys))
+        if isinstance(limit, ReadMaxBytes):
+            end = min(end, phys + limit.max_bytes)
+        stop = StreamOffset(end, begin.lost_bytes + lost)
+        return start if stop.phys == begin.phys and not lost else stop.as_dict()
 
     @staticmethod
     def _resume_at(offset: StreamOffset, segments: list[Segment]) -> tuple[int, int]:

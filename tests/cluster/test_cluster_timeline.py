@@ -58,11 +58,31 @@ def settled_timeline(client, unique_key: str, failing: str, consuming: str) -> d
         raise AssertionError(f"{exc}; the last answer: {last}") from None
 
 
+def traced_message(rocketmq, client, tries: int = 3) -> tuple[str, dict]:
+    """A topic holding one message whose producer's trace the broker has indexed, and the message.
+    The client sends its trace in the background and, on a loaded host, may drop it as it shuts
+    down; then another is sent, to a topic of its own."""
+    for _ in range(tries):
+        topic = unique("TimelineTopic")
+        [sent] = rocketmq.produce(topic, 1, unique("tl"))
+
+        def sent_hop(msg_id: str = sent["msgId"]) -> bool:
+            r = client.get(f"/api/messages/{msg_id}/timeline")
+            return r.status_code == 200 and "sent" in {h["kind"] for h in r.json()["hops"]}
+
+        try:
+            wait_until(sent_hop, 60, "the producer's trace", poll_s=1)
+            return topic, sent
+        except AssertionError:
+            continue
+    raise AssertionError(f"no producer trace reached the broker in {tries} messages")
+
+
 def test_a_dead_lettered_and_a_consumed_message_on_a_cluster_shows_its_hops_and_verdicts(rocketmq, tmp_path):
-    topic, failing, consuming = unique("TimelineTopic"), unique("TimelineFail"), unique("TimelineOk")
-    [sent] = rocketmq.produce(topic, 1, unique("tl"))
-    fail_in_one_group_consume_in_another(rocketmq, topic, 1, failing, consuming)
+    failing, consuming = unique("TimelineFail"), unique("TimelineOk")
     with console_on(rocketmq, tmp_path) as server, server.client() as client:
+        topic, sent = traced_message(rocketmq, client)
+        fail_in_one_group_consume_in_another(rocketmq, topic, 1, failing, consuming)
         body = settled_timeline(client, sent["msgId"], failing, consuming)
         assert (body["complete"], body["problems"], body["traced"], body["events"]) == (True, [], True, [])
         assert kinds(body, None) == ["sent", "produced"]

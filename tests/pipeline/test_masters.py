@@ -86,3 +86,42 @@ def test_every_job_on_a_standalone_master_and_worker(spark, golden_store, local_
     work.mkdir()
     with standalone_cluster(work) as master:
         check_master(spark, master, golden_store, local_outputs, tmp_path / "standalone")
+
+
+def python_without_mqlens(folder: Path) -> Path:
+    """This interpreter with its libraries (pyarrow, numpy, pyspark) but without mqlens: started
+    with -S, no site-packages .pth file runs, so the editable install of mqlens is not found."""
+    site_packages = next(p for p in map(Path, sys.path) if p.name == "site-packages" and (p / "pyarrow").is_dir())
+    wrapper = folder / "python-without-mqlens"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{site_packages}" '
+                       f'exec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def run_shipped(master: str, store: Path, out_root: Path, python: Path, ship: bool) -> dict:
+    g = GOLDEN_GEOMETRY
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.pipeline.shipped_jobs", master, str(store), str(out_root), str(python),
+         "ship" if ship else "no", str(g.cq_file_size), str(g.index_slots), str(g.index_entries)],
+        cwd=REPO, capture_output=True, text=True, timeout=RUN_SECONDS,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_shipped_code_runs_jobs_on_executors_without_mqlens(spark, golden_store, local_outputs, tmp_path):
+    python = python_without_mqlens(tmp_path)
+    away = subprocess.run([str(python), "-c", "import pyarrow, numpy\nimport pipeline"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert "No module named 'pipeline'" in away.stderr
+    work = tmp_path / "spark"
+    work.mkdir()
+    with standalone_cluster(work) as master:
+        without = run_shipped(master, golden_store, tmp_path / "without", python, ship=False)
+        assert without["dlq-report"]["state"] == "failed"
+        assert "No module named 'pipeline'" in without["dlq-report"]["error"]
+        shipped = run_shipped(master, golden_store, tmp_path / "shipped", python, ship=True)
+    for job in ("dlq-report", "projections"):
+        assert shipped[job]["state"] == "succeeded", shipped[job]["error"]
+        same_output(spark, local_outputs / job, tmp_path / "shipped" / job)

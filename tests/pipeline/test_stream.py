@@ -406,3 +406,38 @@ def test_follow_refuses_other_jobs_and_checkpoints_it_cannot_use(store, tmp_path
     (tmp_path / "a-file").write_text("x")
     assert cli_main([*base, "--follow", "--checkpoint", str(tmp_path / "a-file")]) == 2
     assert "is a file" in capsys.readouterr().err
+
+
+def run_available_now(spark, store_dir: Path, sink: Collected, checkpoint: Path, **options) -> None:
+    query = (spark.readStream.format("rocketmq_commitlog").options(**options).load(str(store_dir)).writeStream
+             .foreachBatch(sink).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    assert query.awaitTermination(180), "an AvailableNow query did not stop by itself"
+
+
+def test_available_now_reads_what_is_there_in_batches_of_at_most_the_bytes_asked_and_stops(spark, store, tmp_path):
+    first = put(store, 60, body_size=700)
+    sink = Collected()
+    run_available_now(spark, tmp_path / "store", sink, tmp_path / "checkpoint", max_bytes_per_trigger="8000")
+    assert sink.offsets() == first
+    with_rows = [offsets for _, offsets in sink.batches if offsets]
+    assert len(with_rows) >= 5  # 60 records of about 800 bytes, 8000 bytes a batch
+    for offsets in with_rows:
+        assert offsets[-1] - offsets[0] < 8000  # each batch's records start within its bytes
+    later = put(store, 25, body_size=700)
+    run_available_now(spark, tmp_path / "store", sink, tmp_path / "checkpoint", max_bytes_per_trigger="8000")
+    assert sink.offsets() == first + later  # from the checkpoint on: nothing lost, nothing repeated
+
+
+def test_a_byte_limit_smaller_than_a_record_still_reads_a_record_a_batch(spark, store, tmp_path):
+    written = put(store, 6, body_size=3000)
+    sink = Collected()
+    run_available_now(spark, tmp_path / "store", sink, tmp_path / "checkpoint", max_bytes_per_trigger="100")
+    assert sink.offsets() == written
+    assert sum(1 for _, offsets in sink.batches if offsets) == 6
+
+
+def test_a_byte_limit_that_is_not_a_number_is_refused_in_words(spark, store, tmp_path):
+    put(store, 3)
+    with pytest.raises(Exception, match="max_bytes_per_trigger is a positive number of bytes, not 'lots'"):
+        run_available_now(spark, tmp_path / "store", Collected(), tmp_path / "checkpoint",
+                          max_bytes_per_trigger="lots")
