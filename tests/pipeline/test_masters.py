@@ -26,11 +26,13 @@ REPO = Path(__file__).resolve().parents[2]
 RUN_SECONDS = 600
 
 
-def run_on(master: str, store: Path, out_root: Path) -> dict:
+def run_on(master: str, store: Path, out_root: Path, *more: str) -> dict:
+    """Jobs on `master` in a process of their own (tests.pipeline.jobs_on_master; `more`: the
+    workers' Python, ship or no, the jobs)."""
     g = GOLDEN_GEOMETRY
     done = subprocess.run(
         [sys.executable, "-m", "tests.pipeline.jobs_on_master", master, str(store), str(out_root),
-         str(g.cq_file_size), str(g.index_slots), str(g.index_entries)],
+         str(g.cq_file_size), str(g.index_slots), str(g.index_entries), *more],
         cwd=REPO, capture_output=True, text=True, timeout=RUN_SECONDS,
         env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -100,14 +102,7 @@ def python_without_mqlens(folder: Path) -> Path:
 
 
 def run_shipped(master: str, store: Path, out_root: Path, python: Path, ship: bool) -> dict:
-    g = GOLDEN_GEOMETRY
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.pipeline.shipped_jobs", master, str(store), str(out_root), str(python),
-         "ship" if ship else "no", str(g.cq_file_size), str(g.index_slots), str(g.index_entries)],
-        cwd=REPO, capture_output=True, text=True, timeout=RUN_SECONDS,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_on(master, store, out_root, str(python), "ship" if ship else "no", "dlq-report", "projections")
 
 
 def test_shipped_code_runs_jobs_on_executors_without_mqlens(spark, golden_store, local_outputs, tmp_path):
