@@ -147,6 +147,7 @@ def test_the_command_line_shows_progress_and_keeps_a_status_file(spark, tricky_s
     failed = json.loads(status.read_text())
     assert failed["state"] == "failed" and "unknown magic code" in failed["error"]
     assert "Traceback" not in failed["error"]
+    assert not out.exists()  # the failed job left nothing behind that would block the next run
     assert main(["pipeline", "run", "trace", "--store", str(damaged), "--out", str(out), "--status", str(status),
                  "--progress", "--skip-corrupt"]) == 0
     captured = capsys.readouterr()
