@@ -271,10 +271,23 @@ def store_check(
     index_entries: SettingsIndexEntries = None,
     store: SettingsStoreDir = None,
     delay_levels: DelayLevelsOpt = None,
+    against: Annotated[Path | None, typer.Option(
+        "--against", help="For a store too large for this machine's memory: compare the consume queues and "
+        "index with their rebuild, the output folder of `mqlens pipeline run projections` over this store "
+        "(the check's memory then does not grow with the store).")] = None,
 ) -> None:
     """Check every record, queue unit and index entry; exit 1 when the store is inconsistent."""
+    if against is not None and not against.is_dir():
+        raise CliError(f"--against: {against} is not a folder; give the output folder of "
+                       "`mqlens pipeline run projections`")
     with _read_store(store, commitlog_file_size, cq_file_size, index_slots, index_entries, delay_levels) as s:
-        report = s.check()
+        if against is None:
+            report = s.check()
+        else:
+            try:
+                report, compared = s.check_against(against)
+            except StoreError as exc:
+                raise CliError(f"--against: {exc}") from None
         recovery = s.recovery
         table, source = s.delay_levels.spec, s.delay_levels_source.text
         projected = s.projected_in_memory
@@ -284,6 +297,12 @@ def store_check(
     if projected is not None:
         print(f"note: the consume queues and index lag the commit log: {projected.records} records from offset "
               f"{projected.start} were projected in memory to check them (nothing was written)")
+    if against is not None:
+        print(f"compared with the rebuild in {against}")
+        if compared.covered_end < compared.log_end:
+            print(f"note: the commit log's last {compared.log_end - compared.covered_end} bytes (from offset "
+                  f"{compared.covered_end}) hold no record the rebuild indexes or queues: written after it, or "
+                  "records neither indexed nor queued; their units and entries were not compared")
     if recovery is not None and recovery.truncated_bytes:
         report.problem(f"{recovery.truncated_bytes} bytes after the last good record at {recovery.end} "
                        f"({recovery.reason or 'unreadable data'}); opening the store read-write truncates them")

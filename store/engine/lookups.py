@@ -117,3 +117,10 @@ class Lookups:
 
         with self._reading():
             return check_store(self)
+
+    def check_against(self, rebuilt_root):
+        """The check in bounded memory, against a rebuild of the projections (check_against)."""
+        from store.projections.check_against import check_against
+
+        with self._reading():
+            return check_against(self, rebuilt_root)

@@ -86,7 +86,7 @@ class LogRecords:
 
 def check_store(store) -> CheckReport:
     report = CheckReport()
-    log = _check_commitlog(store, report)
+    log = check_commitlog(store, report)
     log.tags_codes = _expected_tags_codes(store, log)
     _check_queues(store, log, report)
     indexed = IndexedKeys.of(log)
@@ -95,7 +95,7 @@ def check_store(store) -> CheckReport:
     return report
 
 
-def _decode(store, at: int) -> codec.StoredMessage:
+def decode_at(store, at: int) -> codec.StoredMessage:
     seg, pos = store.commitlog.view(at)
     return codec.decode(seg.buf, pos, path=str(seg.path), check_crc=False)
 
@@ -124,7 +124,9 @@ class Runs:
             self.runs.append([start, count, end])
 
 
-def _check_commitlog(store, report: CheckReport) -> LogRecords:
+def check_commitlog(store, report: CheckReport, keep: bool = True) -> LogRecords | None:
+    """Every record's CRC and place. Returns the records as packed fields; with `keep` False,
+    each window's records are checked and let go (records counted, nothing returned)."""
     log = store.commitlog
     size = log.file_size
     scanner = BatchScanner()
@@ -150,12 +152,15 @@ def _check_commitlog(store, report: CheckReport) -> LogRecords:
         if pos - released >= WALK_WINDOW or pos >= limit or corrupt is not None:
             seg.release(released, pos)  # read: its pages need not stay in this process
             released_to = (base, pos)
+            if not keep:
+                _check_places(_packed(scanner, runs), size, report)
+                scanner, runs = BatchScanner(), Runs()
         phys = base + pos
     log_records = _packed(scanner, runs)
     _check_places(log_records, size, report)
     if corrupt is not None:
         report.problem(corrupt)
-    return log_records
+    return log_records if keep else None
 
 
 def _read_one(seg, pos: int, scanner: BatchScanner, runs: Runs, base: int,
@@ -192,7 +197,7 @@ def _packed(scanner: BatchScanner, runs: Runs) -> LogRecords:
 
 
 def _check_places(log: LogRecords, file_size: int, report: CheckReport) -> None:
-    report.records = len(log.at)
+    report.records += len(log.at)
     stated = log.fields["phys"]
     within = log.at % file_size
     end = within + log.fields["size"]
@@ -221,7 +226,7 @@ def _expected_tags_codes(store, log: LogRecords) -> np.ndarray:
     timer_id = log.topic_ids.get(topics.TIMER_TOPIC.encode())
     if timer_id is not None:
         for row in np.flatnonzero(fields["topic_id"] == timer_id).tolist():
-            msg = _decode(store, int(log.at[row]))  # the scanner does not read TIMER_DELIVER_MS
+            msg = decode_at(store, int(log.at[row]))  # the scanner does not read TIMER_DELIVER_MS
             codes[row] = timer_deliver_ms(msg.properties, msg.store_timestamp)
     return codes
 
@@ -374,11 +379,11 @@ def _check_index(store, log: LogRecords, indexed: IndexedKeys, report: CheckRepo
     as_dispatched = 0  # how many keys the files hold in dispatch's order, when all do so far; -1 once one does not
     for f in store.index.files:
         report.index_entries += f.used_entries
-        for first, entries in _counted_entries(f, report):
+        for first, entries in counted_entries(f, report):
             if as_dispatched >= 0 and indexed.are(as_dispatched, entries):
                 as_dispatched += len(entries)
-                for i in np.flatnonzero(_chaining_forward(first, entries)).tolist():
-                    _report_forward_chain(f, first + i, int(entries["prev_index"][i]), report)
+                for i in np.flatnonzero(chaining_forward(first, entries)).tolist():
+                    report_forward_chain(f, first + i, int(entries["prev_index"][i]), report)
                 continue
             as_dispatched = -1
             if own_keys is None:
@@ -390,7 +395,7 @@ def _check_index(store, log: LogRecords, indexed: IndexedKeys, report: CheckRepo
     _report_unfindable_keys(store, log, indexed, report)
 
 
-def _counted_entries(f, report: CheckReport) -> Iterator[tuple[int, np.ndarray]]:
+def counted_entries(f, report: CheckReport) -> Iterator[tuple[int, np.ndarray]]:
     """The entries the file's header counts, those inside the file when it counts more, a
     window at a time: (number of its first entry, entries viewing the file). The pages of each
     window are released once the caller asks for the next."""
@@ -409,7 +414,7 @@ def _check_entries(f, first: int, entries: np.ndarray, log: LogRecords, own_keys
     rows, found = log.rows_at(phys)
     not_record = ~found & (phys >= min_offset)  # below: its segment was deleted by retention
     foreign = found & ~_member(own_keys, (rows << 32) | (entries["key_hash"].astype(np.int64) & LOW_32))
-    forward = found & _chaining_forward(first, entries)
+    forward = found & chaining_forward(first, entries)
     for i in np.flatnonzero(not_record | foreign | forward).tolist():
         if report.full:
             return
@@ -419,18 +424,18 @@ def _check_entries(f, first: int, entries: np.ndarray, log: LogRecords, own_keys
         if foreign[i]:
             report.problem(f"index {f.path.name} entry {first + i} hash matches none of the record's keys")
         if forward[i]:
-            _report_forward_chain(f, first + i, int(entries["prev_index"][i]), report)
+            report_forward_chain(f, first + i, int(entries["prev_index"][i]), report)
 
 
-def _chaining_forward(first: int, entries: np.ndarray) -> np.ndarray:
+def chaining_forward(first: int, entries: np.ndarray) -> np.ndarray:
     return entries["prev_index"] >= np.arange(first, first + len(entries))
 
 
-def _report_forward_chain(f, number: int, prev: int, report: CheckReport) -> None:
+def report_forward_chain(f, number: int, prev: int, report: CheckReport) -> None:
     report.problem(f"index {f.path.name} entry {number} chains forward to {prev}")
 
 
-def _queried_files(store) -> Iterator:
+def queried_files(store) -> Iterator:
     """The index files a query over all time reads, newest first (IndexService.query)."""
     for f in reversed(store.index.files):
         if f.time_matches(0, ANY_TIME):
@@ -441,7 +446,7 @@ def _queried_files(store) -> Iterator:
 
 def _all_reachable(store) -> bool:
     """Whether a query over all time reads every index file and finds each counted entry."""
-    files = list(_queried_files(store))
+    files = list(queried_files(store))
     if len(files) != len(store.index.files):
         return False
     for f in files:
@@ -466,7 +471,7 @@ def _report_unfindable_keys(store, log: LogRecords, indexed: IndexedKeys, report
         return (rank.astype(np.int64) << 32) | (hashes.astype(np.int64) & LOW_32), known
 
     parts = [np.zeros(0, dtype=np.int64)]
-    for f in _queried_files(store):
+    for f in queried_files(store):
         entries = f.entries_numbered(f.reachable())
         found, known = codes(entries["phys_offset"].astype(np.int64), entries["key_hash"])
         parts.append(found[known])
@@ -484,7 +489,7 @@ def _report_unfindable_keys(store, log: LogRecords, indexed: IndexedKeys, report
 
 def _report_first_lost_key(store, log: LogRecords, row: int, findable: np.ndarray, codes,
                            report: CheckReport) -> None:
-    msg = _decode(store, int(log.at[row]))
+    msg = decode_at(store, int(log.at[row]))
     for key in index_keys_of(msg):
         wanted, _ = codes(np.array([msg.phys_offset]), np.array([index_key_hash(index_key(msg.topic, key))]))
         if not _member(findable, wanted)[0]:

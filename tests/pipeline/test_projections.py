@@ -322,3 +322,35 @@ def test_the_command_line_runs_the_job(spark, golden_store_dir, tmp_path, capsys
     assert "; delay levels 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h (" in printed
     assert queue_files(out) == queue_files(golden_store_dir)
     assert index_files(out) == index_files(golden_store_dir)
+
+
+def test_store_check_against_the_jobs_output(spark, golden_broker_dir, tmp_path, capsys):
+    """The check for a store too large for one process: a real broker's store compared with the
+    job's rebuild of it is consistent; a unit changed afterwards is named, and so is a rebuild
+    made with another delay table than the broker's."""
+    from app.cli import main
+
+    out, default_table = tmp_path / "out", tmp_path / "default-table"
+    run(spark, golden_broker_dir, BROKER_GEOMETRY, out, delay_levels=BROKER_DELAY_LEVELS)
+    run(spark, golden_broker_dir, BROKER_GEOMETRY, default_table, delay_levels=DEFAULT_DELAY_LEVELS)
+    flags = ["store", "check", "--store", str(golden_broker_dir), "--delay-levels", BROKER_DELAY_LEVELS,
+             *(arg for name in ("commitlog_file_size", "cq_file_size", "index_slots", "index_entries")
+               for arg in (f"--{name.replace('_', '-')}", str(getattr(BROKER_GEOMETRY, name))))]
+    assert main([*flags, "--against", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"compared with the rebuild in {out}" in printed and "store is consistent" in printed
+
+    assert main([*flags, "--against", str(default_table)]) == 1
+    problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("problem: ")]
+    assert problems and all(topics.SCHEDULE_TOPIC in p and "--delay-levels" in p for p in problems)
+
+    queue = golden_broker_dir / "consumequeue" / "Orders" / "0" / offset_to_name(0)
+    data = bytearray(queue.read_bytes())
+    data[12:20] = (424242).to_bytes(8, "big")  # the first unit's tagsCode
+    queue.write_bytes(bytes(data))
+    assert main([*flags, "--against", str(out)]) == 1
+    assert f"problem: queue Orders:{queue.parent.name} offset 0 has tagsCode 424242, its record gives " in (
+        capsys.readouterr().out)
+
+    assert main([*flags, "--against", str(tmp_path / "missing")]) == 2
+    assert "--against: " in capsys.readouterr().err
