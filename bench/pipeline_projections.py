@@ -21,14 +21,13 @@ import hashlib
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.report import given_flags, publish, run_lines
+from bench.report import given_flags, publish, run_lines, timed_runs
 from bench.workload import Workload, new_message
 from store.log.geometry import DEFAULT_INDEX_ENTRIES, DEFAULT_INDEX_SLOTS, StoreGeometry
 from store.log.paths import is_index_name
@@ -75,24 +74,26 @@ def spark_job(master: str, store: Path, out: Path, geometry: StoreGeometry) -> d
     spark = spark_session(master, app_name="mqlens-bench", shuffle_partitions=2)
     spark.range(1).count()
     started = time.perf_counter()
-    runs = []
-    for _ in range(1 + REPEATS):
+
+    def run() -> dict:
         at = time.perf_counter()
         counts = projections.main(spark, SourceOptions(store, geometry), out)
-        runs.append(time.perf_counter() - at)
+        return {"counts": counts, "seconds": time.perf_counter() - at}
+
+    figures = timed_runs(run, REPEATS)
     spark.stop()
-    return {"counts": counts, "first_seconds": runs[0], "seconds": statistics.median(runs[1:]),
-            "session_seconds": started - began}
+    return {**figures, "session_seconds": started - began}
 
 
-def store_rebuilds(store: Path, work: Path, geometry: StoreGeometry) -> dict:
-    """The baseline's median over REPEATS rebuilds; the last one's files are kept in work/rebuilt."""
-    runs = []
-    for _ in range(REPEATS):
-        target = work / "rebuilt"
+def store_rebuilds(store: Path, work: Path, geometry: StoreGeometry, repeats: int = REPEATS) -> dict:
+    """The baseline's median over `repeats` rebuilds; the last one's files are kept in work/rebuilt."""
+    target = work / "rebuilt"
+
+    def rebuild() -> dict:
         shutil.rmtree(target, ignore_errors=True)
-        runs.append(store_rebuild(store, target, geometry))
-    return {**runs[-1], "seconds": statistics.median(r["seconds"] for r in runs)}
+        return store_rebuild(store, target, geometry)
+
+    return timed_runs(rebuild, repeats, first_apart=False)
 
 
 def _spark_in_process(master: str, store: Path, out: Path, args: argparse.Namespace) -> dict:

@@ -6,8 +6,10 @@ import argparse
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -118,6 +120,20 @@ def given_flags(args: argparse.Namespace, defaults: argparse.Namespace, names: t
     """The options among `names` whose value differs from its default, as command-line text."""
     return "".join(f" --{name.replace('_', '-')} {getattr(args, name)}" for name in names
                    if getattr(args, name) != getattr(defaults, name))
+
+
+def timed_runs(run: Callable[[], dict[str, Any]], repeats: int, first_apart: bool = True,
+               medians: tuple[str, ...] = ("seconds",)) -> dict[str, Any]:
+    """Call `run` `repeats` times, after one more call shown apart when `first_apart` (a first run
+    that warms up what the others find running). Each call times itself and returns its figures,
+    its time as "seconds". The result is the last call's figures with each of `medians` the median
+    over the counted calls, and with `first_apart` the first call's time as "first_seconds"."""
+    first = run() if first_apart else None
+    counted = [run() for _ in range(repeats)]
+    result = {**counted[-1], **{name: statistics.median(r[name] for r in counted) for name in medians}}
+    if first is not None:
+        result["first_seconds"] = first["seconds"]
+    return result
 
 
 # -- formatting ----------------------------------------------------------------------------------

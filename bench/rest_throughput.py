@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import shutil
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from bench.process_cpu import cpu_seconds
 from bench.report import given_flags, publish, run_lines
 from tests.live_server import ADMIN_HEADERS, LiveServer
 
@@ -71,8 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 # -- the server: `mqlens serve` with default settings (async flush, lifecycle trace on) -------
 def server_cpu_s(server: LiveServer) -> float:
     """User + system CPU time of the server process so far."""
-    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(server.proc.pid)
 
 
 # -- phases --------------------------------------------------------------------------------
