@@ -1309,7 +1309,7 @@ static PyObject *index_put(PyObject *self, PyObject *args)
      * run meanwhile. The caller serializes writers of one index file. */
     Py_BEGIN_ALLOW_THREADS
     for (; i < n && index_count < entries; i++) {
-        unsigned char *slot = base + slot_table + (h[i] % slots) * slot_size;
+        unsigned char *slot = base + slot_table + (((h[i] % slots) + slots) % slots) * slot_size;
         int64_t prev = get_be(slot, (int)slot_size);
         if (prev <= 0 || prev > index_count)
             prev = 0;

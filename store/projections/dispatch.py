@@ -104,14 +104,14 @@ class BatchScanner:
         return status, reached
 
     def since(self, count: int) -> np.ndarray:
-        """The records scanned after the first `count`, in order."""
+        """The records scanned after the first `count`, in order (a view when one scan found them all)."""
         parts, held = [], self.count
         for part in reversed(self._records):
             if held <= count:
                 break
             parts.append(part[max(0, count - (held - len(part))):])
             held -= len(part)
-        return _joined(parts[::-1], SCANNED_RECORD)
+        return parts[0] if len(parts) == 1 else _joined(parts[::-1], SCANNED_RECORD)
 
     def add_decoded(self, view: codec.DispatchView) -> None:
         """One record read by the Python decoder: the reference for what the scanner computes."""

@@ -343,3 +343,17 @@ def test_the_body_crc_is_zlibs_on_every_length_around_the_folding_sizes():
     data = bytes(range(256)) * 20
     for n in [*range(0, 200), 1023, 1024, 1025, 4095, 4096]:
         assert crc32(data[:n]) == zlib.crc32(data[:n]), n
+
+
+def test_index_put_keeps_a_negative_hash_inside_the_slot_table():
+    """Hashes from index_key_hash are never negative; one that is still lands in a slot (its
+    remainder taken as the reachability walk takes it), not before the table in the header."""
+    from store.format.recordio import index_put
+
+    layout = (40, 4, 40 + 4 * 4, 20, 0, 4, 12, 16)
+    buf = bytearray(40 + 4 * 4 + 20 * 3)
+    header = bytes(buf[:40])
+    assert index_put(buf, layout, 4, 3, 1, 0, 0, np.array([-3], dtype=np.int64), np.array([9], dtype=np.int64),
+                     np.array([0], dtype=np.int64))[:3] == (1, 2, 1)
+    assert bytes(buf[:40]) == header
+    assert int.from_bytes(buf[40 + 4 * (-3 % 4) : 40 + 4 * (-3 % 4) + 4], "big") == 1
