@@ -15,8 +15,9 @@ The records those bytes held cannot be counted: their files are gone.
 
 Options, besides the batch reader's: `starting_offset` (`earliest`, the default: the oldest
 record left; or `latest`: only records written after the query first starts) and
-`max_bytes_per_trigger` (at most this many commit log bytes per micro-batch: a batch ends there,
-and the record that crosses it is the batch's, so a batch reads at least one record). With
+`max_bytes_per_trigger` (about this many commit log bytes per micro-batch: a batch ends at the end
+of the record that crosses the limit, so it ends on a record boundary and reads at least one
+record). With
 `Trigger.AvailableNow` the query reads what was written when it started, in batches of that size
 if set, and stops."""
 
@@ -35,7 +36,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from pipeline.segments import Segment, resync, segment_files
 from pipeline.source import CommitLogReader, SegmentSplit
-from store.format.recordio import WALK_BAD, WALK_ZEROS, record_layout, recover_walk
+from store.format.layouts import BLANK, MAGIC_BLANK
+from store.format.recordio import WALK_BAD, WALK_BLANK, WALK_ZEROS, record_layout, recover_walk
 from store.log.tail_walk import record_at
 
 PHYS, LOST = "phys", "retention_lost_bytes"
@@ -133,6 +135,48 @@ def readable_end(segments: list[Segment], begin: int) -> int:
     return phys
 
 
+def crossing_record_end(segments: list[Segment], begin: int, target: int, end: int) -> int:
+    """Where a batch from `begin` capped at `target` bytes ends: the end of the record that holds
+    byte `target - 1` (or `target` itself when a record starts there), so that a batch ends on a
+    record boundary and reads at least one record; `end` (the readable end) when it comes first.
+    Only the segment holding `target` is walked, from its start or `begin`: its base is a boundary.
+    A batch starting at a segment's filler goes on to the next segment's first record."""
+    try:
+        return _crossing_record_end(segments, begin, target, end)
+    except FileNotFoundError:  # deleted by retention under the walk: the next batch reports it
+        return min(target, end)
+
+
+def _crossing_record_end(segments: list[Segment], begin: int, target: int, end: int) -> int:
+    holding = next((s for s in segments if s.base <= begin < s.base + s.size), None)
+    if holding is not None and _at_filler(holding, begin - holding.base):
+        target = max(target, holding.base + holding.size + 1)
+    if target >= end:
+        return end
+    segment = next((s for s in segments if s.base <= target < s.base + s.size), None)
+    if segment is None:
+        return end
+    with open(segment.path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        within = target - segment.base
+        with memoryview(buf) as whole, whole[:within] as part:
+            status, pos = recover_walk(part, max(begin, segment.base) - segment.base, segment.base, record_layout())
+        if status == WALK_BLANK:
+            return min(segment.base + segment.size, end)
+        if pos >= within:
+            return min(segment.base + pos, end)
+        total, magic = BLANK.unpack_from(buf, pos)
+        crossing = segment.base + segment.size if magic == MAGIC_BLANK else segment.base + pos + total
+    return min(max(crossing, begin + 1), end)
+
+
+def _at_filler(segment: Segment, pos: int) -> bool:
+    """Whether the segment's records end at `pos`: a BLANK filler there, or no room for one."""
+    with open(segment.path, "rb") as file:
+        file.seek(pos)
+        head = file.read(BLANK.size)
+    return len(head) < BLANK.size or BLANK.unpack(head)[1] == MAGIC_BLANK
+
+
 def _tail_end(segment: Segment, pos: int, layout) -> int | None:
     """Where the complete records of a segment at the write head end, from `pos`; None when the
     segment is finished (a BLANK filler or its last byte reached): the next segment goes on."""
@@ -205,7 +249,7 @@ class CommitLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self.target is not None:
             end = min(end, max(self.target, phys))
         if isinstance(limit, ReadMaxBytes):
-            end = min(end, phys + limit.max_bytes)
+            end = crossing_record_end(segments, phys, phys + limit.max_bytes, end)
         stop = StreamOffset(end, begin.lost_bytes + lost)
         return start if stop.phys == begin.phys and not lost else stop.as_dict()
 

@@ -137,6 +137,29 @@ def test_a_batch_ends_at_the_last_complete_record_and_a_record_being_written_wai
         == {"phys": store.commitlog.end, "retention_lost_bytes": 0}
 
 
+def test_a_byte_limit_ends_each_batch_at_the_end_of_the_record_crossing_it(store, tmp_path):
+    """Batches end on record boundaries: the record holding the limit's last byte is the batch's
+    whole, one exactly at the limit is the next batch's, and a limit below a record's size still
+    takes one record (not a run of empty batches through its bytes). A filler ends a segment."""
+    offsets = put(store, 300, body_size=700)
+    ends = [store.read(o).phys_offset + store.read(o).size for o in offsets]
+    assert len({o // SEGMENT for o in offsets}) >= 2  # the records roll over segments
+    for limit in ("1", "100", str(ends[0]), str(ends[0] + 1), "5000", str(SEGMENT - 10)):
+        reader = CommitLogStreamReader({"path": str(tmp_path / "store"), "max_bytes_per_trigger": limit})
+        offset, seen = reader.initialOffset(), []
+        while (following := reader.latestOffset(offset, reader.getDefaultReadLimit())) is not offset:
+            begin, stop = offset["phys"], following["phys"]
+            batch = [o for o in offsets if begin <= o < stop]
+            assert batch, (limit, begin, stop)  # never an empty batch
+            assert stop in {*offsets, *ends, *(o // SEGMENT * SEGMENT for o in offsets)}  # a boundary
+            crossing = [o for o, e in zip(offsets, ends, strict=True) if o < begin + int(limit) < e]
+            if crossing and crossing[0] >= begin:
+                assert stop == ends[offsets.index(crossing[0])] or stop == crossing[0] // SEGMENT * SEGMENT + SEGMENT
+            seen += batch
+            offset = following
+        assert seen == offsets, limit
+
+
 def test_a_batchs_partitions_are_the_same_whenever_they_are_planned(store, tmp_path):
     """A batch planned before a stop is planned again from its checkpointed offsets on restart:
     the same splits, whatever was written since."""
@@ -420,7 +443,7 @@ def test_available_now_reads_what_is_there_in_batches_of_at_most_the_bytes_asked
     run_available_now(spark, tmp_path / "store", sink, tmp_path / "checkpoint", max_bytes_per_trigger="8000")
     assert sink.offsets() == first
     with_rows = [offsets for _, offsets in sink.batches if offsets]
-    assert len(with_rows) >= 5  # 60 records of about 800 bytes, 8000 bytes a batch
+    assert len(with_rows) == len(sink.batches) >= 5  # 60 records of about 800 bytes, 8000 bytes a batch
     for offsets in with_rows:
         assert offsets[-1] - offsets[0] < 8000  # each batch's records start within its bytes
     later = put(store, 25, body_size=700)
@@ -429,11 +452,11 @@ def test_available_now_reads_what_is_there_in_batches_of_at_most_the_bytes_asked
 
 
 def test_a_byte_limit_smaller_than_a_record_still_reads_a_record_a_batch(spark, store, tmp_path):
-    written = put(store, 6, body_size=3000)
+    written = put(store, 3, body_size=3000)
     sink = Collected()
     run_available_now(spark, tmp_path / "store", sink, tmp_path / "checkpoint", max_bytes_per_trigger="100")
     assert sink.offsets() == written
-    assert sum(1 for _, offsets in sink.batches if offsets) == 6
+    assert [len(offsets) for _, offsets in sink.batches] == [1, 1, 1]  # and no empty batch between them
 
 
 def test_a_byte_limit_that_is_not_a_number_is_refused_in_words(spark, store, tmp_path):
