@@ -70,6 +70,15 @@ def local_outputs(spark, golden_store, tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def standalone_master(tmp_path_factory) -> str:
+    """One standalone master and worker on loopback for the module's jobs (each application brings
+    its own settings, the workers' Python among them)."""
+    work = tmp_path_factory.mktemp("spark")
+    with standalone_cluster(work) as master:
+        yield master
+
+
 def check_master(spark, master: str, store: Path, local: Path, out_root: Path) -> None:
     statuses = run_on(master, store, out_root)
     assert len(statuses.pop("executor_pids")) >= 1
@@ -83,11 +92,8 @@ def test_every_job_on_a_multi_process_master(spark, golden_store, local_outputs,
     check_master(spark, "local-cluster[2,1,1024]", golden_store, local_outputs, tmp_path / "cluster")
 
 
-def test_every_job_on_a_standalone_master_and_worker(spark, golden_store, local_outputs, tmp_path):
-    work = tmp_path / "spark"
-    work.mkdir()
-    with standalone_cluster(work) as master:
-        check_master(spark, master, golden_store, local_outputs, tmp_path / "standalone")
+def test_every_job_on_a_standalone_master_and_worker(spark, golden_store, local_outputs, standalone_master, tmp_path):
+    check_master(spark, standalone_master, golden_store, local_outputs, tmp_path / "standalone")
 
 
 def python_without_mqlens(folder: Path) -> Path:
@@ -101,22 +107,17 @@ def python_without_mqlens(folder: Path) -> Path:
     return wrapper
 
 
-def run_shipped(master: str, store: Path, out_root: Path, python: Path, ship: bool) -> dict:
-    return run_on(master, store, out_root, str(python), "ship" if ship else "no", "dlq-report", "projections")
-
-
-def test_shipped_code_runs_jobs_on_executors_without_mqlens(spark, golden_store, local_outputs, tmp_path):
+def test_shipped_code_runs_jobs_on_executors_without_mqlens(spark, golden_store, local_outputs, standalone_master,
+                                                            tmp_path):
     python = python_without_mqlens(tmp_path)
     away = subprocess.run([str(python), "-c", "import pyarrow, numpy\nimport pipeline"], cwd=tmp_path,
                           capture_output=True, text=True)
     assert "No module named 'pipeline'" in away.stderr
-    work = tmp_path / "spark"
-    work.mkdir()
-    with standalone_cluster(work) as master:
-        without = run_shipped(master, golden_store, tmp_path / "without", python, ship=False)
-        assert without["dlq-report"]["state"] == "failed"
-        assert "No module named 'pipeline'" in without["dlq-report"]["error"]
-        shipped = run_shipped(master, golden_store, tmp_path / "shipped", python, ship=True)
+    without = run_on(standalone_master, golden_store, tmp_path / "without", str(python), "no", "dlq-report")
+    assert without["dlq-report"]["state"] == "failed"
+    assert "No module named 'pipeline'" in without["dlq-report"]["error"]
+    shipped = run_on(standalone_master, golden_store, tmp_path / "shipped", str(python), "ship", "dlq-report",
+                     "projections")
     for job in ("dlq-report", "projections"):
         assert shipped[job]["state"] == "succeeded", shipped[job]["error"]
         same_output(spark, local_outputs / job, tmp_path / "shipped" / job)
