@@ -26,7 +26,6 @@ from store.format import codec, topics
 from store.format.javahash import index_key_hash
 from store.log.paths import StorePaths
 from store.projections.check import (
-    INDEX_WINDOW,
     CheckReport,
     chaining_forward,
     check_commitlog,
@@ -34,6 +33,7 @@ from store.projections.check import (
     decode_at,
     queried_files,
     report_forward_chain,
+    unreachable_entries,
 )
 from store.projections.consume_queue import ConsumeQueue, ConsumeQueues
 from store.projections.dispatch import index_keys_of
@@ -284,10 +284,6 @@ def _report_unreachable(store, report: CheckReport) -> None:
                 report.problem(f"index {f.path.name} is not read by a query over all time: its {f.used_entries} "
                                "entries are not found")
             continue
-        if f.chains_as_put(INDEX_WINDOW):
-            continue
-        flags = f.reachable_flags()
-        f.file.release(0, f.file.size)
-        lost = f.used_entries - int(np.count_nonzero(flags[1 : f.used_entries + 1]))
+        lost = unreachable_entries(f)
         if lost > 0:
             report.problem(f"index {f.path.name}: {lost} of its {f.used_entries} entries are not found by a query")

@@ -71,7 +71,6 @@ def test_wrong_units_missing_queues_and_damaged_entries_are_named(written, rebui
     a file at a time or a few rows at a time."""
     if chunk is not None:
         monkeypatch.setattr(check, "INDEX_WINDOW", chunk)
-        monkeypatch.setattr(against_module, "INDEX_WINDOW", chunk)
         monkeypatch.setattr(against_module, "QUEUE_WINDOW", chunk)
     store_dir, results = written
     other = results[5]
@@ -196,7 +195,7 @@ from store.projections import check, check_against as against
 from store.projections.check import check_store
 from store.projections.check_against import check_against
 
-check.WALK_WINDOW, check.INDEX_WINDOW, against.INDEX_WINDOW, against.QUEUE_WINDOW = 1 << 20, 4096, 4096, 4096
+check.WALK_WINDOW, check.INDEX_WINDOW, against.QUEUE_WINDOW = 1 << 20, 4096, 4096
 # (the store is many windows long)
 store_dir, rebuilt, geometry, how = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
 with MessageStore.open(store_dir, StoreConfig(geometry=StoreGeometry(**geometry)), read_only=True) as store:
