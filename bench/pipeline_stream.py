@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench.pipeline_scan import build_store
-from bench.report import given_flags, publish, run_lines
+from bench.report import given_flags, publish, run_lines, timed_runs
 from bench.workload import Workload, new_message
 from pipeline.segments import segment_files
 from pipeline.stream_source import readable_end
@@ -43,12 +43,13 @@ CAPPED_BYTES = 128 << 20  # max_bytes_per_trigger of the capped catch-up
 
 def planner_walk(root: Path) -> dict:
     segments = segment_files(root)
-    times = []
-    for _ in range(REPEATS):
+
+    def walk() -> dict:
         began = time.perf_counter()
         end = readable_end(segments, segments[0].base)
-        times.append(time.perf_counter() - began)
-    return {"bytes": end - segments[0].base, "seconds": statistics.median(times)}
+        return {"bytes": end - segments[0].base, "seconds": time.perf_counter() - began}
+
+    return timed_runs(walk, REPEATS, first_apart=False)
 
 
 def spark_runs(master: str, root: Path, segment_bytes: int, work: Path) -> dict:
@@ -58,16 +59,13 @@ def spark_runs(master: str, root: Path, segment_bytes: int, work: Path) -> dict:
 
     spark = spark_session(master, app_name="mqlens-bench", shuffle_partitions=2)
     try:
-        def batch_read():
-            return spark.read.format("rocketmq_commitlog").load(str(root)).agg(F.count("*"), F.sum("size")).first()
-
-        batch_read()  # starts the Python workers
-        times = []
-        for _ in range(REPEATS):
+        def batch_read() -> dict:
             began = time.perf_counter()
-            records, size = batch_read()
-            times.append(time.perf_counter() - began)
-        batch = {"records": records, "bytes": size, "seconds": statistics.median(times)}
+            records, size = spark.read.format("rocketmq_commitlog").load(str(root)).agg(
+                F.count("*"), F.sum("size")).first()
+            return {"records": records, "bytes": size, "seconds": time.perf_counter() - began}
+
+        batch = timed_runs(batch_read, REPEATS)  # the first read, apart, starts the Python workers
 
         capped = _capped_catch_up(spark, root, work)
         seen, lock, arrived = [0, 0], threading.Lock(), threading.Event()
